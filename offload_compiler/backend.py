@@ -1,0 +1,101 @@
+"""The ``offload`` backend for ``torch.compile``.
+
+``torch.compile(model, backend="offload", options={...})`` calls :func:`offload_backend`
+with Dynamo's FX graph; :func:`make_backend` builds the same from an
+:class:`~offload_compiler.config.OffloadConfig` and keeps the plans it made.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Callable, Mapping, Sequence
+
+import torch
+import torch.fx as fx
+
+from .config import OffloadConfig
+from .partitioner import OffloadPartitioner
+from .plan import GraphPlan
+
+log = logging.getLogger("offload_compiler")
+
+VALID_MODES = (None, "default")
+
+
+class OffloadBackend:
+    """A ``torch.compile`` backend; ``plans`` lists what it decided, one per graph."""
+
+    def __init__(self, config: OffloadConfig | None = None) -> None:
+        self.config = config if config is not None else OffloadConfig()
+        self.plans: list[GraphPlan] = []
+
+    def __call__(
+        self,
+        gm: fx.GraphModule,
+        example_inputs: Sequence[Any],
+        *,
+        options: Mapping[str, Any] | None = None,
+        mode: str | None = None,
+    ) -> Callable[..., Any]:
+        if mode not in VALID_MODES:
+            raise ValueError(
+                f"mode={mode!r} is not supported by the offload backend; valid modes are "
+                f"{VALID_MODES} (pass options=... instead)"
+            )
+        config = self.config if options is None else OffloadConfig.from_options(options)
+        partitioner = OffloadPartitioner(config, on_plan=self.plans.append)
+        if config.inner_compiler == "inductor":
+            from torch._inductor.compile_fx import compile_fx
+
+            return compile_fx(
+                gm, example_inputs, config_patches={"custom_partitioner_fn": partitioner}
+            )
+        from functorch.compile import make_boxed_func
+        from torch._dynamo.backends.common import aot_autograd
+
+        def run_fx(graph: fx.GraphModule, _inputs: Sequence[Any]) -> Callable[..., Any]:
+            return make_boxed_func(graph.forward)
+
+        return aot_autograd(
+            fw_compiler=run_fx, bw_compiler=run_fx, partition_fn=partitioner
+        )(gm, example_inputs)
+
+
+def make_backend(config: OffloadConfig | Mapping[str, Any] | None = None, **options: Any) -> OffloadBackend:
+    """A backend for ``torch.compile(model, backend=make_backend(...))``.
+
+    Takes an :class:`OffloadConfig`, a dict of options, or options as keywords.
+    """
+    if config is not None and options:
+        raise ValueError("give either a config or keyword options, not both")
+    if isinstance(config, OffloadConfig):
+        return OffloadBackend(config)
+    return OffloadBackend(OffloadConfig.from_options(config if config is not None else options))
+
+
+def offload_backend(
+    gm: fx.GraphModule,
+    example_inputs: Sequence[Any],
+    *,
+    options: Mapping[str, Any] | None = None,
+    mode: str | None = None,
+) -> Callable[..., Any]:
+    """The function registered as ``backend="offload"``."""
+    backend = OffloadBackend(OffloadConfig.from_options(options))
+    return backend(gm, example_inputs, mode=mode)
+
+
+def register() -> None:
+    """Register ``"offload"`` with Dynamo unless its entry point will do so.
+
+    When the package is installed, Dynamo finds the backend through the
+    ``torch_dynamo_backends`` entry point and registers it after importing this
+    module; registering here as well would make it fail with a duplicate name.
+    """
+    from torch._dynamo.backends import registry
+
+    if "offload" in registry._COMPILER_FNS:
+        return
+    if registry._BACKENDS.get("offload") is not None:  # entry point found, not loaded
+        return
+    registry.register_backend(offload_backend, name="offload")

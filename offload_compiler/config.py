@@ -1,0 +1,139 @@
+"""User-facing configuration of the ``offload`` backend.
+
+``OffloadConfig`` is built from the ``options=`` dict of ``torch.compile`` (see
+:meth:`OffloadConfig.from_options`) or directly. Every field is validated in
+``__post_init__``; a bad value raises ``ValueError`` naming the valid values.
+
+Units: bytes are plain byte counts (``*_bytes``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+from dataclasses import dataclass
+from typing import Any, Literal, Mapping, get_args
+
+InnerCompiler = Literal["inductor", "eager"]
+Policy = Literal["all", "none"]
+
+#: Device types whose tensors the runtime knows how to offload. ``cuda`` uses side
+#: streams, events and pinned host memory; ``cpu`` is the loopback mode: copies go to
+#: separate host buffers synchronously, so the whole rewrite runs on a CPU-only machine.
+SUPPORTED_DEVICE_TYPES = ("cuda", "cpu")
+
+#: The default ``devices``: the accelerators this runtime drives.
+DEFAULT_DEVICES = ("cuda",)
+
+
+def _choices(literal: Any) -> tuple[str, ...]:
+    return tuple(get_args(literal))
+
+
+@dataclass(frozen=True)
+class OffloadConfig:
+    """Options of the ``offload`` backend (``torch.compile(..., options={...})``)."""
+
+    inner_compiler: InnerCompiler = "inductor"
+    """Compiler of the rewritten forward and backward graphs: ``"inductor"`` (default;
+    Inductor's decompositions, fusion and caching are kept) or ``"eager"`` (plain
+    AOTAutograd running the FX graphs; for debugging and bitwise tests)."""
+
+    devices: tuple[str, ...] = DEFAULT_DEVICES
+    """Device types whose activations may be offloaded. Default ``("cuda",)``.
+    ``("cpu",)`` is the loopback mode used by tests on machines without a GPU: the
+    graph rewrite is the same, copies go to separate host buffers."""
+
+    min_offload_bytes: int = 1 << 20
+    """Activations smaller than this many bytes stay on the device (a copy has a fixed
+    cost of a few microseconds). Default 1 MiB. ``0`` offloads every eligible tensor."""
+
+    max_host_bytes: int | None = None
+    """Cap, in bytes, on the host memory one compiled graph may plan to hold at once.
+    Activations past the cap stay on the device, with that reason in the log.
+    ``None`` (default) means no cap beyond what pinning succeeds in getting; if pinned
+    memory cannot be had at run time the tensor stays on the device."""
+
+    policy: Policy = "all"
+    """Which eligible activations are offloaded: ``"all"`` (every eligible saved
+    activation at least ``min_offload_bytes`` large) or ``"none"`` (nothing; the result
+    is the inner compiler's own, which makes it the baseline for comparisons)."""
+
+    prefetch_depth: int = 1
+    """How many reloads run ahead in backward: the reload of the k-th offloaded tensor
+    (in order of first use in backward) is issued once the (k - depth)-th is consumed.
+    ``0`` issues each reload right before its first use (no overlap)."""
+
+    def __post_init__(self) -> None:
+        if self.inner_compiler not in _choices(InnerCompiler):
+            raise ValueError(
+                f"inner_compiler={self.inner_compiler!r} is not valid; "
+                f"choose one of {_choices(InnerCompiler)}"
+            )
+        if self.policy not in _choices(Policy):
+            raise ValueError(
+                f"policy={self.policy!r} is not valid; choose one of {_choices(Policy)}"
+            )
+        devices = self.devices
+        if isinstance(devices, str):
+            devices = (devices,)
+        if not isinstance(devices, (tuple, list)) or not devices:
+            raise ValueError(
+                f"devices={self.devices!r} is not valid; give a non-empty tuple of "
+                f"device types from {SUPPORTED_DEVICE_TYPES}"
+            )
+        for d in devices:
+            if d not in SUPPORTED_DEVICE_TYPES:
+                raise ValueError(
+                    f"devices contains {d!r}, which is not valid; each device type must "
+                    f"be one of {SUPPORTED_DEVICE_TYPES}"
+                )
+        if len(set(devices)) != len(devices):
+            raise ValueError(f"devices={tuple(devices)!r} names a device type twice")
+        object.__setattr__(self, "devices", tuple(devices))
+        _check_int("min_offload_bytes", self.min_offload_bytes, allow_none=False)
+        _check_int("max_host_bytes", self.max_host_bytes, allow_none=True)
+        _check_int("prefetch_depth", self.prefetch_depth, allow_none=False)
+
+    @classmethod
+    def from_options(cls, options: Mapping[str, Any] | None) -> "OffloadConfig":
+        """Build a config from ``torch.compile``'s ``options=`` dict."""
+        if options is None:
+            return cls()
+        if isinstance(options, OffloadConfig):
+            return options
+        if not isinstance(options, Mapping):
+            raise ValueError(
+                f"options must be a dict, got {type(options).__name__}; {valid_keys_text()}"
+            )
+        unknown = sorted(k for k in options if k not in option_names())
+        if unknown:
+            raise ValueError(f"unknown option(s) {unknown}; {valid_keys_text()}")
+        return cls(**dict(options))
+
+    def replace(self, **changes: Any) -> "OffloadConfig":
+        return dataclasses.replace(self, **changes)
+
+    def fingerprint(self) -> str:
+        """A short stable hash of every option; part of the partitioner's cache key."""
+        text = repr(sorted((k, repr(v)) for k, v in self.as_dict().items()))
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in option_names()}
+
+
+def option_names() -> tuple[str, ...]:
+    return tuple(f.name for f in dataclasses.fields(OffloadConfig))
+
+
+def valid_keys_text() -> str:
+    return f"valid options are {list(option_names())}"
+
+
+def _check_int(name: str, value: Any, *, allow_none: bool) -> None:
+    if value is None and allow_none:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        allowed = "a non-negative integer" + (" or None" if allow_none else "")
+        raise ValueError(f"{name}={value!r} is not valid; it must be {allowed}")

@@ -1,0 +1,10 @@
+"""Runtime of the offload backend: copy streams, the host pool and the transfer ops.
+
+State lives here, outside any compiled graph, so that graphs compiled one block at a
+time share streams and buffers.
+"""
+
+from . import ops, streams
+from .pool import HostPool, PoolStats, host_pool
+
+__all__ = ["HostPool", "PoolStats", "host_pool", "ops", "streams"]

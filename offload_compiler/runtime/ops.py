@@ -1,0 +1,182 @@
+"""The transfer ops: ``offload::d2h``, ``offload::release``, ``offload::h2d``, ``offload::wait``.
+
+Forward, for an offloaded activation ``x``::
+
+    x_host = offload.d2h(x)          # copy on the D2H stream into a pooled host buffer
+    ...                               # other uses of x
+    offload.release(x, x_host)        # compute stream waits for the copy; x may go
+
+Backward::
+
+    x_dev = offload.h2d(x_host, anchor, device)   # copy on the H2D stream
+    offload.wait(x_dev)                             # compute stream waits for it
+    ... consumers of x_dev
+
+Position is held by data dependencies, not by graph order alone (Inductor hoists an
+extern kernel whose inputs are all graph inputs, and reorders ops without a tensor
+dependency): ``release`` and ``wait`` are declared as mutating their first argument,
+so every earlier reader of ``x`` runs before ``release`` and every later reader of
+``x_dev`` runs after ``wait``; ``h2d`` takes an ``anchor`` tensor computed just before
+its intended issue point. The mutation is nominal: neither op writes any data.
+
+``release`` keeps the source alive through its argument until the compute stream has
+been told to wait for the copy, so the caching allocator cannot hand the storage to a
+later kernel while the copy still reads it. No op calls ``record_stream`` or blocks
+the host.
+
+Fallback: if no host block can be had, ``d2h`` returns a device copy instead of a host
+one (more memory for a while, never a wrong result), and ``h2d`` copies that back.
+
+Strides: a dense activation keeps its strides through the host; a non-dense one (a
+slice with gaps) is packed contiguously on the host and ``h2d`` restores its strides.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import List, Optional
+
+import torch
+from torch import Tensor
+
+from . import streams
+from .pool import host_pool
+
+log = logging.getLogger(__name__)
+
+NAMESPACE = "offload"
+
+
+_TAGS = tuple(
+    t for t in (getattr(torch.Tag, "needs_exact_strides", None),) if t is not None
+)
+
+
+def _host_strides(src: Tensor, keep_strides: bool) -> list:
+    """Strides of the host copy: ``src``'s own when it is dense, else contiguous."""
+    return list(src.stride()) if keep_strides else list(torch._prims_common.make_contiguous_strides_for(src.shape))
+
+
+@torch.library.custom_op(f"{NAMESPACE}::d2h", mutates_args=(), tags=_TAGS)
+def d2h(src: Tensor, keep_strides: bool) -> Tensor:
+    """Copy ``src`` to a pooled host buffer (pinned for CUDA) and return the host tensor.
+
+    ``keep_strides`` (decided at compile time: ``src`` is dense) gives the host copy
+    ``src``'s strides; otherwise it is packed contiguously and :func:`h2d` restores
+    the strides.
+    """
+    like = torch.empty_strided(src.shape, _host_strides(src, keep_strides), dtype=src.dtype, device="meta")
+    if src.device.type == "cuda":
+        return _d2h_cuda(src, like)
+    got = host_pool().acquire(like, pinned=False)
+    if got is None:
+        return src.clone(memory_format=torch.contiguous_format) if not keep_strides else src.clone()
+    host, _ = got
+    host.copy_(src)
+    return host
+
+
+def _d2h_cuda(src: Tensor, like: Tensor) -> Tensor:
+    compute = torch.cuda.current_stream(src.device)  # the live stream, read first
+    got = host_pool().acquire(like, pinned=True)
+    if got is None:
+        return torch.empty_strided(like.shape, like.stride(), dtype=src.dtype, device=src.device).copy_(src)
+    host, block = got
+    stream = streams.copy_stream(src.device, streams.D2H)
+    stream.wait_stream(compute)
+    for event in block.events:  # earlier copies from/into this block are done
+        stream.wait_event(event)
+    if block.ready_event is not None:
+        stream.wait_event(block.ready_event)
+    with torch.cuda.stream(stream):
+        host.copy_(src, non_blocking=True)
+    done = streams.mark_ready(stream)
+    block.events = []
+    block.ready_event = done
+    return host
+
+
+@d2h.register_fake
+def _(src: Tensor, keep_strides: bool) -> Tensor:
+    return torch.empty_strided(
+        src.size(), _host_strides(src, keep_strides), dtype=src.dtype, device="cpu"
+    )
+
+
+@torch.library.custom_op(f"{NAMESPACE}::release", mutates_args=("src",))
+def release(src: Tensor, host: Tensor) -> None:
+    """Let ``src`` go once its copy into ``host`` is done (a GPU-side wait)."""
+    if src.device.type != "cuda" or host.device.type != "cpu":
+        return
+    block = host_pool().lookup(host)
+    if block is not None and block.ready_event is not None:
+        torch.cuda.current_stream(src.device).wait_event(block.ready_event)
+
+
+@release.register_fake
+def _(src: Tensor, host: Tensor) -> None:
+    return None
+
+
+@torch.library.custom_op(f"{NAMESPACE}::h2d", mutates_args=())
+def h2d(host: Tensor, anchor: Optional[Tensor], device: str, stride: List[int]) -> Tensor:
+    """Copy ``host`` back to ``device`` on the H2D stream; pair with :func:`wait`.
+
+    ``anchor`` is not read: it only orders this op after the node that produces it.
+    The result has ``stride``, the original tensor's strides (storage offset 0).
+    """
+    target = torch.device(device)
+    out = torch.empty_strided(host.size(), stride, dtype=host.dtype, device=target)
+    if host.device.type != "cpu" or target.type != "cuda":  # loopback, or d2h fell back
+        out.copy_(host)
+        return out
+    compute = torch.cuda.current_stream(target)  # the live stream, read first
+    stream = streams.copy_stream(target, streams.H2D)
+    # The copy writes memory the compute stream allocated: order it after compute so
+    # far, and after the D2H copy that filled the host buffer.
+    stream.wait_stream(compute)
+    block = host_pool().lookup(host)
+    if block is not None and block.ready_event is not None:
+        stream.wait_event(block.ready_event)
+    with torch.cuda.stream(stream):
+        out.copy_(host, non_blocking=True)
+    done = streams.mark_ready(stream)
+    if block is not None:
+        block.events.append(done)
+    _pending[out.untyped_storage().data_ptr()] = done
+    return out
+
+
+@h2d.register_fake
+def _(host: Tensor, anchor: Optional[Tensor], device: str, stride: List[int]) -> Tensor:
+    return torch.empty_strided(host.size(), stride, dtype=host.dtype, device=torch.device(device))
+
+
+# Completion events of H2D copies whose wait has not run yet, by device pointer.
+_pending: dict[int, torch.cuda.Event] = {}
+
+
+@torch.library.custom_op(f"{NAMESPACE}::wait", mutates_args=("x",))
+def wait(x: Tensor) -> None:
+    """Make the live compute stream wait until the H2D copy into ``x`` is done."""
+    if x.device.type != "cuda":
+        return
+    event = _pending.pop(x.untyped_storage().data_ptr(), None)
+    if event is not None:
+        torch.cuda.current_stream(x.device).wait_event(event)
+
+
+@wait.register_fake
+def _(x: Tensor) -> None:
+    return None
+
+
+# Op handles used by the graph passes (OpOverloads, as they appear in FX graphs).
+D2H = torch.ops.offload.d2h.default
+RELEASE = torch.ops.offload.release.default
+H2D = torch.ops.offload.h2d.default
+WAIT = torch.ops.offload.wait.default
+TRANSFER_OPS = (D2H, RELEASE, H2D, WAIT)
+
+for _op in (RELEASE, WAIT):
+    torch.fx.node.has_side_effect(_op)

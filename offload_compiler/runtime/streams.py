@@ -1,0 +1,55 @@
+"""Copy streams: one device-to-host and one host-to-device stream per device.
+
+Streams are created lazily, on the first transfer that needs them, never at import,
+and live outside any compiled graph so graphs compiled separately (one per block)
+share them. The two directions run on separate copy engines, so a D2H copy, an H2D
+copy and compute overlap.
+
+Ordering rules (see DESIGN.md, "Runtime"):
+
+- The *live* compute stream is read with ``torch.cuda.current_stream(device)`` at the
+  moment a transfer is issued, before entering any stream context: inside
+  ``with torch.cuda.stream(s)`` the current stream is ``s`` and waiting on it would be
+  a no-op.
+- Cross-stream order uses events only; nothing here blocks the host.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import torch
+
+_lock = threading.Lock()
+_streams: dict[tuple[str, int], torch.cuda.Stream] = {}
+
+D2H = "d2h"
+H2D = "h2d"
+
+
+def copy_stream(device: torch.device, direction: str) -> torch.cuda.Stream:
+    """The copy stream of ``direction`` (``"d2h"`` or ``"h2d"``) on a CUDA ``device``."""
+    if direction not in (D2H, H2D):
+        raise ValueError(f"direction={direction!r}; valid values are {(D2H, H2D)}")
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    key = (direction, index)
+    stream = _streams.get(key)
+    if stream is None:
+        with _lock:
+            stream = _streams.get(key)
+            if stream is None:
+                stream = torch.cuda.Stream(device=torch.device("cuda", index))
+                _streams[key] = stream
+    return stream
+
+
+def mark_ready(stream: torch.cuda.Stream) -> torch.cuda.Event:
+    """Record and return an event on ``stream`` at the current point of its queue."""
+    event = torch.cuda.Event()
+    event.record(stream)
+    return event
+
+
+def created_streams() -> dict[tuple[str, int], torch.cuda.Stream]:
+    """The copy streams created so far (for tests and inspection)."""
+    return dict(_streams)

@@ -1,0 +1,25 @@
+"""Pure FX graph passes of offload_compiler: one pass per module, named with a verb.
+
+Passes import ``torch.fx`` and the op handles of ``offload_compiler.runtime`` only; they
+never import the backend. See README.md in this folder for the invariants they keep.
+"""
+
+from .analyze_candidates import Candidate, analyze_candidates, saved_values
+from .annotate_streams import annotate_streams
+from .insert_transfers import Offload, insert_transfers
+from .schedule_prefetches import schedule_prefetches
+from .transfer_meta import META_KEY, TransferMeta, transfer_meta, transfer_nodes
+
+__all__ = [
+    "Candidate",
+    "META_KEY",
+    "Offload",
+    "TransferMeta",
+    "analyze_candidates",
+    "annotate_streams",
+    "insert_transfers",
+    "saved_values",
+    "schedule_prefetches",
+    "transfer_meta",
+    "transfer_nodes",
+]

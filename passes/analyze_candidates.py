@@ -1,0 +1,233 @@
+"""Analyze: list the activations the forward graph saves for backward, and which of them
+may be offloaded, each refusal with a reason that can be logged.
+
+A candidate is a tensor output of the partitioned forward graph past its first
+``num_fwd_outputs`` (the model's own outputs): exactly what autograd saves. It is
+*eligible* when it is a floating-point activation on an allowed device, computed in
+the graph (not a parameter, buffer or input, nor a view of one), not sharing storage
+with a model output or another saved value, not overlapping (expanded), not read
+through ``as_strided`` in backward, and at least ``min_offload_bytes`` large.
+
+A saved view of an activation is eligible: its elements are copied, and the reloaded
+tensor has the view's strides on a fresh storage.
+"""
+
+from __future__ import annotations
+
+import operator
+from dataclasses import dataclass
+
+import torch
+import torch.fx as fx
+
+
+@dataclass(frozen=True)
+class Candidate:
+    name: str
+    """The saved value's name in the forward graph (and its placeholder in backward)."""
+    producer: str
+    """The op that produced it, e.g. ``aten.mm.default``."""
+    shape: tuple
+    dtype: torch.dtype
+    device: str
+    nbytes: int
+    """Bytes (size hint under dynamic shapes)."""
+    eligible: bool
+    reason: str
+    """Why it is eligible or not, in words."""
+
+
+def _returns_alias(target: object) -> bool:
+    schema = getattr(target, "_schema", None)
+    return schema is not None and any(r.alias_info is not None for r in schema.returns)
+
+
+def is_view_node(node: fx.Node) -> bool:
+    """True if ``node``'s result aliases an input: a view op, or an element of the
+    list a view op returns (``split``, ``unbind``, ``chunk``)."""
+    if node.op != "call_function":
+        return False
+    if node.target is operator.getitem:
+        parent = node.args[0]
+        return isinstance(parent, fx.Node) and is_view_node(parent)
+    return _returns_alias(node.target)
+
+
+def view_root(node: fx.Node) -> fx.Node:
+    """Follow views back to the node that owns the storage."""
+    while is_view_node(node) and node.args and isinstance(node.args[0], fx.Node):
+        node = node.args[0]
+    return node
+
+
+def alias_closure(node: fx.Node) -> list[fx.Node]:
+    """Every node sharing ``node``'s storage: its root and all views of the root."""
+    out, todo = [], [view_root(node)]
+    while todo:
+        n = todo.pop()
+        out.append(n)
+        todo.extend(u for u in n.users if is_view_node(u) and u.args and u.args[0] is n)
+    return out
+
+
+def size_hint(x: object) -> int | None:
+    if isinstance(x, int):
+        return x
+    if isinstance(x, torch.SymInt):
+        hint = x.node.hint
+        if hint is not None:
+            return int(hint)
+        try:
+            return int(x.node.shape_env.size_hint(x.node.expr))
+        except Exception:  # unbacked symbol: no hint
+            return None
+    return None
+
+
+def tensor_nbytes(val: torch.Tensor) -> int | None:
+    numel = 1
+    for s in val.shape:
+        h = size_hint(s)
+        if h is None:
+            return None
+        numel *= h
+    return numel * val.element_size()
+
+
+def is_overlapping(val: torch.Tensor) -> bool | None:
+    """Whether two elements share memory (an expanded tensor); ``None`` if unknown."""
+    dims = []
+    for size, stride in zip(val.shape, val.stride()):
+        size, stride = size_hint(size), size_hint(stride)
+        if size is None or stride is None:
+            return None
+        if size > 1:
+            dims.append((stride, size))
+    dims.sort()
+    reach = 1  # elements spanned by the dimensions seen so far
+    for stride, size in dims:
+        if stride < reach:
+            return True
+        reach = stride * (size - 1) + reach
+    return False
+
+
+def is_dense(val: torch.Tensor) -> bool:
+    """Non-overlapping and dense (ignoring storage offset): its strides fit a buffer of
+    exactly ``numel`` elements."""
+    if is_overlapping(val) is not False:
+        return False
+    numel, reach = 1, 1
+    for size, stride in zip(val.shape, val.stride()):
+        size, stride = size_hint(size), size_hint(stride)
+        numel *= size
+        if size > 1:
+            reach += stride * (size - 1)
+    return reach == numel or numel == 0
+
+
+def _is_plain(val: torch.Tensor) -> bool:
+    """A plain tensor under fake mode (not a wrapper subclass such as DTensor)."""
+    from torch._subclasses.fake_tensor import FakeTensor
+    from torch.utils._python_dispatch import is_traceable_wrapper_subclass
+
+    return isinstance(val, FakeTensor) and not is_traceable_wrapper_subclass(val)
+
+
+_STORAGE_RELATIVE = {"as_strided", "as_strided_", "as_strided_scatter", "set_"}
+
+
+def _read_by_storage(placeholder: fx.Node) -> bool:
+    """True if backward reads ``placeholder`` relative to its storage, which a reloaded
+    copy (a fresh storage at offset 0) does not reproduce."""
+    todo = [placeholder]
+    while todo:
+        n = todo.pop()
+        for u in n.users:
+            name = getattr(getattr(u.target, "_schema", None), "name", "")
+            if name.split("::")[-1] in _STORAGE_RELATIVE:
+                return True
+            if is_view_node(u):
+                todo.append(u)
+    return False
+
+
+def _producer(node: fx.Node) -> str:
+    if node.op == "call_function":
+        return str(node.target)
+    return node.op
+
+
+def saved_values(fw_gm: fx.GraphModule, num_fwd_outputs: int) -> list[fx.Node]:
+    """Forward nodes returned for backward, in output order (tensors and symbols)."""
+    (outputs,) = fw_gm.graph.find_nodes(op="output")
+    return [a for a in outputs.args[0][num_fwd_outputs:] if isinstance(a, fx.Node)]
+
+
+def analyze_candidates(
+    fw_gm: fx.GraphModule,
+    bw_gm: fx.GraphModule,
+    num_fwd_outputs: int,
+    *,
+    devices: tuple[str, ...],
+    min_offload_bytes: int,
+) -> list[Candidate]:
+    """One :class:`Candidate` per tensor the forward saves for backward."""
+    (outputs,) = fw_gm.graph.find_nodes(op="output")
+    model_outputs = [a for a in outputs.args[0][:num_fwd_outputs] if isinstance(a, fx.Node)]
+    saved = [n for n in saved_values(fw_gm, num_fwd_outputs)
+             if isinstance(n.meta.get("val"), torch.Tensor)]
+    # The partitioner names each backward placeholder after the forward value it
+    # receives (it pairs them the same way); a saved value with no placeholder is unused.
+    bw_inputs = {p.name: p for p in bw_gm.graph.find_nodes(op="placeholder")}
+    roots_of_outputs = {view_root(n) for n in model_outputs}
+    saved_roots: dict[fx.Node, list[fx.Node]] = {}
+    for n in saved:
+        saved_roots.setdefault(view_root(n), []).append(n)
+
+    out = []
+    for node in saved:
+        val = node.meta["val"]
+        nbytes = tensor_nbytes(val)
+        eligible, reason = False, ""
+        root = view_root(node)
+        if node.op == "placeholder":
+            reason = "graph input (parameter, buffer or user input): outlives the graph"
+        elif node.op != "call_function":
+            reason = f"{node.op} node: not an activation"
+        elif root.op != "call_function":
+            reason = f"view of graph input {root.name}: outlives the graph"
+        elif not _is_plain(val):
+            reason = f"tensor subclass {type(val).__name__}: not copied"
+        elif not val.dtype.is_floating_point:
+            reason = f"dtype {val.dtype} is not floating point"
+        elif val.device.type not in devices:
+            reason = f"device {val.device.type} not in devices {devices}"
+        elif root in roots_of_outputs:
+            reason = "model output or alias of one: the caller keeps it alive"
+        elif len(saved_roots.get(root, ())) > 1:
+            others = [n.name for n in saved_roots[root] if n is not node]
+            reason = f"shares storage with saved {', '.join(others)}"
+        elif is_overlapping(val) is not False:
+            reason = "overlapping (expanded) or unknown strides: a copy would grow it"
+        elif node.name in bw_inputs and _read_by_storage(bw_inputs[node.name]):
+            reason = "backward reads it through as_strided (storage-relative)"
+        elif nbytes is None:
+            reason = "size has no hint (data-dependent shape)"
+        elif nbytes < min_offload_bytes:
+            reason = f"{nbytes} bytes < min_offload_bytes={min_offload_bytes}"
+        elif node.name not in bw_inputs:
+            reason = "not used by backward"
+        else:
+            eligible, reason = True, "eligible"
+        out.append(Candidate(
+            name=node.name,
+            producer=_producer(node),
+            shape=tuple(size_hint(s) for s in val.shape),
+            dtype=val.dtype,
+            device=str(val.device),
+            nbytes=nbytes or 0,
+            eligible=eligible,
+            reason=reason,
+        ))
+    return out

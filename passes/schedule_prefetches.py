@@ -1,0 +1,60 @@
+"""Schedule: issue each backward reload early enough to overlap with compute.
+
+Reloads are ordered by the position of their ``wait`` (the first use of the value).
+With prefetch depth ``d``, the k-th reload is issued right after the first tensor
+computed once the (k - d)-th reload has been consumed; the first ``d`` are issued at
+the top of the graph. The node it is placed after becomes its ``anchor`` argument:
+without that data dependency Inductor hoists an op whose inputs are all graph inputs
+to the top of the graph, and every reload would be issued at once.
+
+This is the only pass that moves nodes.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.fx as fx
+
+from offload_compiler.runtime import ops
+
+from .transfer_meta import transfer_meta, transfer_nodes
+
+
+def _is_anchor(node: fx.Node) -> bool:
+    """A computed tensor (not an input, not a transfer op) a reload can follow."""
+    return (
+        node.op == "call_function"
+        and transfer_meta(node) is None
+        and isinstance(node.meta.get("val"), torch.Tensor)
+    )
+
+
+def schedule_prefetches(bw_gm: fx.GraphModule, depth: int) -> None:
+    graph = bw_gm.graph
+    waits = transfer_nodes(graph, "wait")
+    if not waits:
+        return
+    nodes = list(graph.nodes)
+    pos = {n: i for i, n in enumerate(nodes)}
+    top = graph.find_nodes(op="placeholder")[-1]  # reloads issued first go after it
+    for k, wait in enumerate(waits):
+        h2d = wait.args[0]
+        assert transfer_meta(h2d) is not None and h2d.target is ops.H2D
+        if depth == 0:
+            # Right before the first use, anchored on the last tensor computed before it.
+            before = [n for n in nodes[: pos[wait]] if _is_anchor(n)]
+            anchor = before[-1] if before else None
+        elif k < depth:
+            anchor = None
+        else:
+            after = [n for n in nodes[pos[waits[k - depth]] + 1 : pos[wait]] if _is_anchor(n)]
+            before = [n for n in nodes[: pos[wait]] if _is_anchor(n)]
+            anchor = after[0] if after else (before[-1] if before else None)
+        if anchor is None:
+            top.append(h2d)
+            top = h2d
+        else:
+            anchor.append(h2d)
+        h2d.update_arg(1, anchor)
+    graph.lint()
+    bw_gm.recompile()

@@ -1,0 +1,60 @@
+"""Shared test helpers: train a few steps and collect gradients."""
+
+import copy
+
+import torch
+
+import offload_compiler
+from passes import transfer_nodes
+
+LOOPBACK = {"devices": ("cpu",), "min_offload_bytes": 0}
+
+
+def train(model, inputs, backend, *, steps=3, seed=0, lr=1e-2):
+    """Run ``steps`` SGD steps of a deep copy of ``model`` compiled with ``backend``.
+
+    Returns (losses, grads) where grads[i] is the list of gradients at step i.
+    """
+    torch._dynamo.reset()
+    model = copy.deepcopy(model)
+    compiled = torch.compile(model, backend=backend)
+    opt = torch.optim.SGD(model.parameters(), lr=lr)
+    losses, grads = [], []
+    for step in range(steps):
+        torch.manual_seed(seed + step)
+        args = inputs(step) if callable(inputs) else inputs
+        loss = compiled(*args)
+        loss.backward()
+        losses.append(loss.detach().clone())
+        grads.append([p.grad.detach().clone() for p in model.parameters()])
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    return losses, grads
+
+
+def backend(**options):
+    return offload_compiler.make_backend(**options)
+
+
+def assert_bitwise(a, b):
+    la, ga = a
+    lb, gb = b
+    for x, y in zip(la, lb):
+        assert torch.equal(x, y), (x, y)
+    for step, (xs, ys) in enumerate(zip(ga, gb)):
+        for i, (x, y) in enumerate(zip(xs, ys)):
+            assert torch.equal(x, y), f"step {step} grad {i} differs: {(x - y).abs().max()}"
+
+
+def assert_close(a, b, **tol):
+    la, ga = a
+    lb, gb = b
+    for x, y in zip(la, lb):
+        torch.testing.assert_close(x, y, **tol)
+    for xs, ys in zip(ga, gb):
+        for x, y in zip(xs, ys):
+            torch.testing.assert_close(x, y, **tol)
+
+
+def counts(gm):
+    return {k: len(transfer_nodes(gm.graph, k)) for k in ("d2h", "release", "h2d", "wait")}

@@ -1,0 +1,76 @@
+"""Small models for the tests: each exercises one kind of saved activation."""
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class NormGeluMLP(nn.Module):
+    """Linear, GELU, LayerNorm, Linear: saves matmul, pointwise and norm results."""
+
+    def __init__(self, d=32):
+        super().__init__()
+        self.up = nn.Linear(d, 4 * d)
+        self.ln = nn.LayerNorm(4 * d)
+        self.down = nn.Linear(4 * d, d)
+
+    def forward(self, x):
+        return self.down(self.ln(F.gelu(self.up(x)))).pow(2).mean()
+
+
+class Attention(nn.Module):
+    """Causal self-attention through scaled_dot_product_attention."""
+
+    def __init__(self, d=32, heads=4):
+        super().__init__()
+        self.heads = heads
+        self.q = nn.Linear(d, d)
+        self.k = nn.Linear(d, d)
+        self.v = nn.Linear(d, d)
+        self.o = nn.Linear(d, d)
+
+    def forward(self, x):
+        b, t, d = x.shape
+        h = self.heads
+        q, k, v = (m(x).view(b, t, h, d // h).transpose(1, 2) for m in (self.q, self.k, self.v))
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return self.o(y.transpose(1, 2).reshape(b, t, d)).square().mean()
+
+
+class Transposed(nn.Module):
+    """Saves non-contiguous activations: a transposed product and a strided slice."""
+
+    def __init__(self, d=32):
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(d, d) / d**0.5)
+
+    def forward(self, x):
+        y = torch.tanh(x @ self.w)          # (n, d)
+        yt = y.t().sin()                     # computed on a transposed layout
+        z = (yt.t() * 3).exp()               # saved: a permuted, dense result
+        s = y[:, ::2].cos()                  # a result from a strided slice
+        return (z @ self.w).sum() + (s * s.sigmoid()).sum()
+
+
+class Embed(nn.Module):
+    """Integer inputs (token ids) into an embedding, then a small MLP."""
+
+    def __init__(self, vocab=50, d=32):
+        super().__init__()
+        self.emb = nn.Embedding(vocab, d)
+        self.fc = nn.Linear(d, d)
+
+    def forward(self, idx):
+        return torch.sigmoid(self.fc(self.emb(idx))).sum()
+
+
+class Dropout(nn.Module):
+    def __init__(self, d=32, p=0.3):
+        super().__init__()
+        self.fc1 = nn.Linear(d, 4 * d)
+        self.fc2 = nn.Linear(4 * d, d)
+        self.p = p
+
+    def forward(self, x):
+        h = F.dropout(F.relu(self.fc1(x)), self.p, self.training)
+        return self.fc2(h).square().mean()
