@@ -8,6 +8,7 @@ also registers it through the ``torch_dynamo_backends`` entry point).
 
 from .backend import OffloadBackend, make_backend, offload_backend, register
 from .config import OffloadConfig
+from .inspect import graph_text
 from .plan import Decision, DecisionRecord, GraphPlan
 from .runtime import host_pool
 
@@ -19,6 +20,7 @@ __all__ = [
     "GraphPlan",
     "OffloadBackend",
     "OffloadConfig",
+    "graph_text",
     "host_pool",
     "make_backend",
     "offload_backend",

@@ -210,6 +210,8 @@ def analyze_candidates(
             reason = f"shares storage with saved {', '.join(others)}"
         elif is_overlapping(val) is not False:
             reason = "overlapping (expanded) or unknown strides: a copy would grow it"
+        elif not is_dense(val) and not all(isinstance(st, int) for st in val.stride()):
+            reason = "not dense, with symbolic strides: the reload could not restore them"
         elif node.name in bw_inputs and _read_by_storage(bw_inputs[node.name]):
             reason = "backward reads it through as_strided (storage-relative)"
         elif nbytes is None:

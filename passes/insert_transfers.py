@@ -68,7 +68,8 @@ def insert_transfers(
         dev_val = x.meta["val"]
         # -- forward: copy out after the producer, release after the last use ------
         with fw.inserting_after(x):
-            host = fw.call_function(ops.D2H, (x, is_dense(dev_val)))
+            dense = is_dense(dev_val)
+            host = fw.call_function(ops.D2H, (x, dense))
         host.meta["val"] = _fake(ops.D2H, *host.args)
         order = {n: i for i, n in enumerate(fw.nodes)}
         users = [u for n in alias_closure(x) for u in n.users if u.op != "output"]
@@ -83,7 +84,8 @@ def insert_transfers(
         first = next(n for n in bw.nodes if n in placeholder.users)
         with bw.inserting_before(first):
             dev = bw.call_function(
-                ops.H2D, (placeholder, None, str(dev_val.device), list(dev_val.stride()))
+                ops.H2D,
+                (placeholder, None, str(dev_val.device), None if dense else list(dev_val.stride())),
             )
             wait = bw.call_function(ops.WAIT, (dev,))
         dev.meta["val"] = _fake(ops.H2D, *dev.args)

@@ -23,6 +23,9 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.fixture(autouse=True)
 def _fresh_dynamo():
+    # Each test compiles afresh: a cache hit would skip the partitioner, and the tests
+    # inspect the plans it records.
     torch._dynamo.reset()
-    yield
+    with torch._inductor.config.patch(force_disable_caches=True):
+        yield
     torch._dynamo.reset()

@@ -38,18 +38,18 @@ class Attention(nn.Module):
 
 
 class Transposed(nn.Module):
-    """Saves non-contiguous activations: a transposed product and a strided slice."""
+    """Saves non-contiguous activations: a dense permuted one and a strided slice."""
 
     def __init__(self, d=32):
         super().__init__()
         self.w = nn.Parameter(torch.randn(d, d) / d**0.5)
 
     def forward(self, x):
-        y = torch.tanh(x @ self.w)          # (n, d)
-        yt = y.t().sin()                     # computed on a transposed layout
-        z = (yt.t() * 3).exp()               # saved: a permuted, dense result
-        s = y[:, ::2].cos()                  # a result from a strided slice
-        return (z @ self.w).sum() + (s * s.sigmoid()).sum()
+        y = x @ self.w                      # (n, d)
+        a = torch.tanh(y.t())               # saved with transposed strides (dense)
+        s = y[:, ::2]                       # a view with gaps (not dense)
+        b = s * s.sin()                     # saves the strided view
+        return (a @ x).sum() + b.sum()
 
 
 class Embed(nn.Module):

@@ -57,6 +57,17 @@ def _host_strides(src: Tensor, keep_strides: bool) -> list:
     return list(src.stride()) if keep_strides else list(torch._prims_common.make_contiguous_strides_for(src.shape))
 
 
+def _dense(t: Tensor) -> bool:
+    """Strides cover exactly ``numel`` elements with no overlap."""
+    dims = sorted((st, sz) for sz, st in zip(t.shape, t.stride()) if sz > 1)
+    reach = 1
+    for stride, size in dims:
+        if stride != reach:
+            return False
+        reach *= size
+    return True
+
+
 @torch.library.custom_op(f"{NAMESPACE}::d2h", mutates_args=(), tags=_TAGS)
 def d2h(src: Tensor, keep_strides: bool) -> Tensor:
     """Copy ``src`` to a pooled host buffer (pinned for CUDA) and return the host tensor.
@@ -65,6 +76,11 @@ def d2h(src: Tensor, keep_strides: bool) -> Tensor:
     ``src``'s strides; otherwise it is packed contiguously and :func:`h2d` restores
     the strides.
     """
+    if keep_strides and not _dense(src):
+        raise RuntimeError(
+            f"offload.d2h: planned as dense but got shape {tuple(src.shape)} strides "
+            f"{src.stride()}; refusing to copy (please report this)"
+        )
     like = torch.empty_strided(src.shape, _host_strides(src, keep_strides), dtype=src.dtype, device="meta")
     if src.device.type == "cuda":
         return _d2h_cuda(src, like)
@@ -89,6 +105,7 @@ def _d2h_cuda(src: Tensor, like: Tensor) -> Tensor:
     if block.ready_event is not None:
         stream.wait_event(block.ready_event)
     with torch.cuda.stream(stream):
+        streams.inject_delay(streams.D2H)
         host.copy_(src, non_blocking=True)
     done = streams.mark_ready(stream)
     block.events = []
@@ -119,13 +136,15 @@ def _(src: Tensor, host: Tensor) -> None:
 
 
 @torch.library.custom_op(f"{NAMESPACE}::h2d", mutates_args=())
-def h2d(host: Tensor, anchor: Optional[Tensor], device: str, stride: List[int]) -> Tensor:
+def h2d(host: Tensor, anchor: Optional[Tensor], device: str, stride: Optional[List[int]]) -> Tensor:
     """Copy ``host`` back to ``device`` on the H2D stream; pair with :func:`wait`.
 
     ``anchor`` is not read: it only orders this op after the node that produces it.
-    The result has ``stride``, the original tensor's strides (storage offset 0).
+    The result has the original tensor's strides (storage offset 0): ``host``'s own,
+    or ``stride`` when the host copy was packed.
     """
     target = torch.device(device)
+    stride = host.stride() if stride is None else stride
     out = torch.empty_strided(host.size(), stride, dtype=host.dtype, device=target)
     if host.device.type != "cpu" or target.type != "cuda":  # loopback, or d2h fell back
         out.copy_(host)
@@ -139,6 +158,7 @@ def h2d(host: Tensor, anchor: Optional[Tensor], device: str, stride: List[int]) 
     if block is not None and block.ready_event is not None:
         stream.wait_event(block.ready_event)
     with torch.cuda.stream(stream):
+        streams.inject_delay(streams.H2D)
         out.copy_(host, non_blocking=True)
     done = streams.mark_ready(stream)
     if block is not None:
@@ -148,7 +168,8 @@ def h2d(host: Tensor, anchor: Optional[Tensor], device: str, stride: List[int]) 
 
 
 @h2d.register_fake
-def _(host: Tensor, anchor: Optional[Tensor], device: str, stride: List[int]) -> Tensor:
+def _(host: Tensor, anchor: Optional[Tensor], device: str, stride: Optional[List[int]]) -> Tensor:
+    stride = host.stride() if stride is None else stride
     return torch.empty_strided(host.size(), stride, dtype=host.dtype, device=torch.device(device))
 
 

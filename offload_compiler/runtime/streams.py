@@ -53,3 +53,26 @@ def mark_ready(stream: torch.cuda.Stream) -> torch.cuda.Event:
 def created_streams() -> dict[tuple[str, int], torch.cuda.Stream]:
     """The copy streams created so far (for tests and inspection)."""
     return dict(_streams)
+
+
+# Fault injection for race tests: GPU cycles to spin on a copy stream before each copy.
+_delay_cycles = {D2H: 0, H2D: 0}
+
+
+def set_copy_delay(*, d2h: int = 0, h2d: int = 0) -> None:
+    """Make every later copy spin ``d2h`` / ``h2d`` GPU cycles on its stream first.
+
+    For tests only: a delayed copy stream exposes any missing cross-stream wait as a
+    wrong result. ``set_copy_delay()`` turns it off.
+    """
+    for name, value in ((D2H, d2h), (H2D, h2d)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ValueError(f"{name}={value!r}: give a non-negative number of cycles")
+        _delay_cycles[name] = value
+
+
+def inject_delay(direction: str) -> None:
+    """Spin the current (copy) stream if a delay was set for ``direction``."""
+    cycles = _delay_cycles[direction]
+    if cycles:
+        torch.cuda._sleep(cycles)

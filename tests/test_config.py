@@ -1,0 +1,75 @@
+"""Options: defaults, validation and clear errors."""
+
+import pytest
+import torch
+
+import offload_compiler
+from offload_compiler import OffloadConfig
+from offload_compiler.config import option_names
+
+
+def test_defaults():
+    c = OffloadConfig()
+    assert c.inner_compiler == "inductor" and c.policy == "all"
+    assert c.devices == ("cuda",) and c.min_offload_bytes == 1 << 20
+    assert c.max_host_bytes is None and c.prefetch_depth == 1
+
+
+def test_from_options_and_frozen():
+    c = OffloadConfig.from_options({"devices": ["cpu"], "policy": "none"})
+    assert c.devices == ("cpu",) and c.policy == "none"
+    with pytest.raises(Exception):
+        c.policy = "all"
+    assert hash(c) == hash(OffloadConfig(devices=("cpu",), policy="none"))
+
+
+@pytest.mark.parametrize("options,fragment", [
+    ({"polcy": "all"}, "valid options are"),
+    ({"policy": "some"}, "('all', 'none')"),
+    ({"inner_compiler": "tvm"}, "('inductor', 'eager')"),
+    ({"devices": ("tpu",)}, "('cuda', 'cpu')"),
+    ({"devices": ()}, "non-empty"),
+    ({"devices": ("cpu", "cpu")}, "twice"),
+    ({"min_offload_bytes": -1}, "non-negative integer"),
+    ({"min_offload_bytes": 1.5}, "non-negative integer"),
+    ({"max_host_bytes": "1GB"}, "non-negative integer or None"),
+    ({"prefetch_depth": True}, "non-negative integer"),
+])
+def test_bad_options_name_the_valid_values(options, fragment):
+    with pytest.raises(ValueError) as err:
+        OffloadConfig.from_options(options)
+    assert fragment in str(err.value)
+
+
+def test_unknown_option_lists_every_valid_key():
+    with pytest.raises(ValueError) as err:
+        OffloadConfig.from_options({"nope": 1})
+    for name in option_names():
+        assert name in str(err.value)
+
+
+def test_bad_option_through_torch_compile_raises_value_error():
+    model = torch.nn.Linear(4, 4)
+    compiled = torch.compile(model, backend="offload", options={"policy": "bogus"})
+    with pytest.raises(Exception) as err:
+        compiled(torch.randn(2, 4))
+    assert "policy='bogus' is not valid" in str(err.value)
+
+
+def test_unsupported_mode_is_refused():
+    backend = offload_compiler.make_backend(devices=("cpu",))
+    with pytest.raises(ValueError, match="valid modes"):
+        backend(None, [], mode="reduce-overhead")
+
+
+def test_make_backend_takes_config_dict_or_keywords():
+    assert offload_compiler.make_backend(OffloadConfig(policy="none")).config.policy == "none"
+    assert offload_compiler.make_backend({"policy": "none"}).config.policy == "none"
+    assert offload_compiler.make_backend(policy="none").config.policy == "none"
+    with pytest.raises(ValueError, match="not both"):
+        offload_compiler.make_backend(OffloadConfig(), policy="none")
+
+
+def test_fingerprint_changes_with_options():
+    assert OffloadConfig().fingerprint() != OffloadConfig(policy="none").fingerprint()
+    assert OffloadConfig().fingerprint() == OffloadConfig().fingerprint()

@@ -1,0 +1,176 @@
+"""Graph tests: the transfer nodes, their order, their metadata and Inductor's code."""
+
+import re
+
+import pytest
+import torch
+from torch._inductor.utils import run_and_get_code
+
+import offload_compiler
+from helpers import LOOPBACK, backend, counts
+from models import Attention, NormGeluMLP, Transposed
+from passes import transfer_meta, transfer_nodes
+from offload_compiler.runtime import ops
+
+
+def _plan(model, args, **options):
+    b = backend(**{**LOOPBACK, "inner_compiler": "eager", **options})
+    torch.compile(model, backend=b)(*args).backward()
+    (plan,) = b.plans
+    return plan
+
+
+@pytest.mark.parametrize("model,args", [
+    (NormGeluMLP(), (torch.randn(8, 32),)),
+    (Attention(), (torch.randn(2, 16, 32),)),
+    (Transposed(), (torch.randn(16, 32),)),
+])
+def test_one_of_each_transfer_node_per_offload(model, args):
+    plan = _plan(model, args)
+    n = len(plan.offloaded)
+    assert n > 0
+    assert counts(plan.fw_graph) == {"d2h": n, "release": n, "h2d": 0, "wait": 0}
+    assert counts(plan.bw_graph) == {"d2h": 0, "release": 0, "h2d": n, "wait": n}
+    plan.fw_graph.graph.lint()
+    plan.bw_graph.graph.lint()
+
+
+def test_order_in_forward_and_backward():
+    plan = _plan(NormGeluMLP(), (torch.randn(8, 32),))
+    fw, bw = plan.fw_graph.graph, plan.bw_graph.graph
+    pos = {n: i for i, n in enumerate(fw.nodes)}
+    for d2h in transfer_nodes(fw, "d2h"):
+        src = d2h.args[0]
+        assert pos[src] < pos[d2h], "d2h before its producer"
+        (release,) = [u for u in d2h.users if transfer_meta(u) and transfer_meta(u).kind == "release"]
+        assert release.args[0] is src, "release does not hold the source (keep-alive)"
+        for user in src.users:
+            if user.op != "output" and user is not release:
+                assert pos[user] < pos[release], f"{user} uses {src} after its release"
+    pos = {n: i for i, n in enumerate(bw.nodes)}
+    for wait in transfer_nodes(bw, "wait"):
+        h2d = wait.args[0]
+        assert h2d.target is ops.H2D and pos[h2d] < pos[wait]
+        assert h2d.args[0].op == "placeholder"
+        for user in h2d.users:
+            if user is not wait:
+                assert pos[wait] < pos[user], f"{user} reads before the wait"
+
+
+def test_meta_has_stream_event_bytes_and_pair():
+    plan = _plan(NormGeluMLP(), (torch.randn(8, 32),))
+    expected_stream = {"d2h": "d2h", "release": "compute", "h2d": "h2d", "wait": "compute"}
+    names = {n.name: n for g in (plan.fw_graph, plan.bw_graph) for n in g.graph.nodes}
+    for gm in (plan.fw_graph, plan.bw_graph):
+        for node in transfer_nodes(gm.graph):
+            meta = transfer_meta(node)
+            assert meta.stream == expected_stream[meta.kind]
+            assert meta.event.endswith(f"_done_{meta.transfer_id}")
+            assert meta.nbytes > 0 and meta.reason
+            partner = transfer_meta(names[meta.paired])
+            assert partner.transfer_id == meta.transfer_id and partner.paired == node.name
+            assert isinstance(node.meta.get("val"), (torch.Tensor, type(None)))
+    for node in transfer_nodes(plan.bw_graph.graph, "h2d"):
+        assert node.meta["val"].device.type == "cpu"  # loopback target device
+    for node in transfer_nodes(plan.fw_graph.graph, "d2h"):
+        src = node.args[0].meta["val"]
+        host = node.meta["val"]
+        assert host.shape == src.shape and host.dtype == src.dtype
+
+
+def test_printed_graph_shows_stream_and_event_beside_every_transfer():
+    plan = _plan(NormGeluMLP(), (torch.randn(8, 32),))
+    for gm in (plan.fw_graph, plan.bw_graph):
+        text = offload_compiler.graph_text(gm)
+        lines = text.splitlines()
+        for node in transfer_nodes(gm.graph):
+            (i,) = [k for k, line in enumerate(lines) if re.match(rf"\s*{node.name}\b", line)]
+            note = next(line for line in reversed(lines[:i]) if "offload:" in line)
+            meta = transfer_meta(node)
+            assert f"stream={meta.stream}" in note and f"event={meta.event}" in note
+            assert f"nbytes={meta.nbytes}" in note
+
+
+def test_non_contiguous_saved_tensors_keep_strides():
+    plan = _plan(Transposed(), (torch.randn(16, 32),))
+    for node in transfer_nodes(plan.bw_graph.graph, "h2d"):
+        meta = transfer_meta(node)
+        src = next(n for n in plan.fw_graph.graph.nodes if n.name == meta.value)
+        assert node.meta["val"].stride() == src.meta["val"].stride()
+    assert any(not n.meta["val"].is_contiguous()
+               for n in transfer_nodes(plan.bw_graph.graph, "h2d")), "no non-contiguous case"
+
+
+def test_policy_none_inserts_nothing_and_says_why():
+    plan = _plan(NormGeluMLP(), (torch.randn(8, 32),), policy="none")
+    assert counts(plan.fw_graph) == {"d2h": 0, "release": 0, "h2d": 0, "wait": 0}
+    assert all(d.decision.value == "keep" and d.reason for d in plan.decisions)
+
+
+def test_refusals_carry_reasons():
+    plan = _plan(NormGeluMLP(), (torch.randn(8, 32),), min_offload_bytes=10**9)
+    reasons = {d.name: d.reason for d in plan.decisions}
+    assert any("min_offload_bytes" in r for r in reasons.values())
+    assert any("graph input" in r for r in reasons.values())
+    plan = _plan(NormGeluMLP(), (torch.randn(8, 32),), devices=("cuda",))
+    assert all(d.decision.value == "keep" for d in plan.decisions)
+    assert any("not in devices" in d.reason for d in plan.decisions)
+
+
+def test_max_host_bytes_caps_the_plan():
+    full = _plan(NormGeluMLP(), (torch.randn(8, 32),))
+    cap = full.offloaded_bytes // 2
+    torch._dynamo.reset()
+    capped = _plan(NormGeluMLP(), (torch.randn(8, 32),), max_host_bytes=cap)
+    assert 0 < capped.offloaded_bytes <= cap
+    assert any("max_host_bytes" in d.reason for d in capped.decisions)
+
+
+def _h2d_waits_in_order(code):
+    """Check in generated code that each reloaded buffer is read only after its wait."""
+    lines = code[code.index("def call("):].splitlines()
+    checked = 0
+    for i, line in enumerate(lines):
+        m = re.match(r"\s*(buf\d+) = torch\.ops\.offload\.h2d\.default\(", line)
+        if not m:
+            continue
+        names = {m.group(1)}
+        for j in range(i + 1, len(lines)):
+            text = lines[j].strip()
+            alias = re.match(r"(buf\d+) = (buf\d+)$", text)
+            if alias and alias.group(2) in names:
+                names.add(alias.group(1))
+                continue
+            if re.match(r"torch\.ops\.offload\.wait\.default\((buf\d+)\)", text):
+                if re.search(r"\((buf\d+)\)", text).group(1) in names:
+                    checked += 1
+                    break
+            used = set(re.findall(r"\bbuf\d+\b", text)) & names
+            assert not used or text.startswith(("assert_size_stride", "del ", "#")), (
+                f"{used} read before its wait: {text}")
+        else:
+            raise AssertionError(f"no wait for {names}")
+    return checked
+
+
+def test_inductor_code_keeps_ops_in_order():
+    torch.manual_seed(0)
+    model, x = NormGeluMLP(), torch.randn(8, 32)
+    b = backend(**LOOPBACK)
+    compiled = torch.compile(model, backend=b)
+    _, (fw_code, bw_code) = run_and_get_code(lambda: compiled(x).backward())
+    n = len(b.plans[0].offloaded)
+    assert fw_code.count("torch.ops.offload.d2h.default(") == n
+    assert fw_code.count("torch.ops.offload.release.default(") == n
+    assert bw_code.count("torch.ops.offload.h2d.default(") == n
+    assert bw_code.count("torch.ops.offload.wait.default(") == n
+    assert _h2d_waits_in_order(bw_code) == n
+    # Each release comes after its own copy.
+    body = fw_code[fw_code.index("def call("):]
+    for m in re.finditer(r"(buf\d+) = torch\.ops\.offload\.d2h\.default\((\w+)", body):
+        rel = body.find(f"torch.ops.offload.release.default({m.group(2)},")
+        assert rel > m.start(), f"release of {m.group(2)} missing or before its copy"
+    # Reloads after the first are anchored: not all hoisted to the top.
+    first_kernel = min(bw_code.find("extern_kernels."), bw_code.find("cpp_fused_", bw_code.index("def call(")))
+    hoisted = [m.start() for m in re.finditer(r"offload\.h2d\.default\(", bw_code) if m.start() < first_kernel]
+    assert len(hoisted) <= b.config.prefetch_depth
