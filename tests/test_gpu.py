@@ -165,3 +165,23 @@ def test_pinned_failure_keeps_tensor_on_gpu_and_gradients_right():
     assert_bitwise(ref, got)
     torch.ones(4, device="cuda").add_(1)  # no sticky CUDA error
     torch.cuda.synchronize()
+
+
+def test_inductor_cuda_code_waits_before_reads_and_anchors_reloads():
+    from torch._inductor.utils import run_and_get_code
+    from test_graph import _h2d_waits_in_order
+
+    model = _model()
+    b = backend(policy="all")
+    compiled = torch.compile(model, backend=b)
+    idx, tgt = make_batch(CFG, "cuda")
+    _, codes = run_and_get_code(lambda: compiled(idx, tgt).backward())
+    fw_code, bw_code = codes[0], codes[-1]
+    n = len(b.plans[0].offloaded)
+    assert n > 0
+    assert fw_code.count("torch.ops.offload.d2h.default(") == n
+    assert fw_code.count("torch.ops.offload.release.default(") == n
+    assert _h2d_waits_in_order(bw_code) == n
+    body = bw_code[bw_code.index("def call("):]
+    hoisted = body[: body.find("extern_kernels.")].count("offload.h2d.default(")
+    assert hoisted <= b.config.prefetch_depth, f"{hoisted} reloads hoisted to the top"
