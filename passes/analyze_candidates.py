@@ -216,6 +216,8 @@ def analyze_candidates(
             reason = "backward reads it through as_strided (storage-relative)"
         elif nbytes is None:
             reason = "size has no hint (data-dependent shape)"
+        elif nbytes == 0:
+            reason = "empty tensor"
         elif nbytes < min_offload_bytes:
             reason = f"{nbytes} bytes < min_offload_bytes={min_offload_bytes}"
         elif node.name not in bw_inputs:

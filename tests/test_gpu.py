@@ -32,6 +32,8 @@ def _steps(model, compiled_backend, steps, *, stream=None, delay_compute=0):
     opt = torch.optim.SGD(model.parameters(), lr=1e-3)
     idx, tgt = make_batch(CFG, "cuda")
     losses, grads = [], []
+    if stream is not None:
+        stream.wait_stream(torch.cuda.current_stream())  # the batch was made on the default stream
     ctx = torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext()
     with ctx, sdpa_kernel(SDPBackend.MATH):  # deterministic attention for bitwise checks
         for step in range(steps):
@@ -183,5 +185,30 @@ def test_inductor_cuda_code_waits_before_reads_and_anchors_reloads():
     assert fw_code.count("torch.ops.offload.release.default(") == n
     assert _h2d_waits_in_order(bw_code) == n
     body = bw_code[bw_code.index("def call("):]
-    hoisted = body[: body.find("extern_kernels.")].count("offload.h2d.default(")
+    first_kernel = min(i for i in (body.find("extern_kernels."), body.find(".run(")) if i >= 0)
+    hoisted = body[:first_kernel].count("offload.h2d.default(")
     assert hoisted <= b.config.prefetch_depth, f"{hoisted} reloads hoisted to the top"
+
+
+def _run_under_csan(*args):
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "TORCH_CUDA_SANITIZER": "1",
+           "PYTHONPATH": f"{root}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    return subprocess.run([sys.executable, str(root / "tests" / "csan_transfer_check.py"), *args],
+                          capture_output=True, text=True, env=env, timeout=300)
+
+
+def test_transfer_ops_clean_under_cuda_sanitizer():
+    out = _run_under_csan()
+    assert out.returncode == 0 and "csan-clean" in out.stdout, out.stderr[-3000:]
+    assert "data race" not in out.stderr
+
+
+def test_cuda_sanitizer_catches_a_planted_race():
+    out = _run_under_csan("--broken")
+    assert out.returncode != 0 and "data race" in out.stderr, out.stderr[-3000:]

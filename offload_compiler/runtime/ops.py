@@ -22,7 +22,9 @@ its intended issue point. The mutation is nominal: neither op writes any data.
 ``release`` keeps the source alive through its argument until the compute stream has
 been told to wait for the copy, so the caching allocator cannot hand the storage to a
 later kernel while the copy still reads it. No op calls ``record_stream`` or blocks
-the host.
+the host. The op bodies are plain functions (``copy_to_host``, ``release_source``,
+``copy_to_device``, ``wait_for_copy``) so that tools that cannot see inside a custom
+op, such as PyTorch's CUDA sanitizer, can check them directly.
 
 Fallback: if no host block can be had, ``d2h`` returns a device copy instead of a host
 one (more memory for a while, never a wrong result), and ``h2d`` copies that back.
@@ -68,9 +70,8 @@ def _dense(t: Tensor) -> bool:
     return True
 
 
-@torch.library.custom_op(f"{NAMESPACE}::d2h", mutates_args=(), tags=_TAGS)
-def d2h(src: Tensor, keep_strides: bool) -> Tensor:
-    """Copy ``src`` to a pooled host buffer (pinned for CUDA) and return the host tensor.
+def copy_to_host(src: Tensor, keep_strides: bool) -> Tensor:
+    """Body of ``offload::d2h``: copy ``src`` to a pooled host buffer (pinned for CUDA) and return the host tensor.
 
     ``keep_strides`` (decided at compile time: ``src`` is dense) gives the host copy
     ``src``'s strides; otherwise it is packed contiguously and :func:`h2d` restores
@@ -113,6 +114,11 @@ def _d2h_cuda(src: Tensor, like: Tensor) -> Tensor:
     return host
 
 
+@torch.library.custom_op(f"{NAMESPACE}::d2h", mutates_args=(), tags=_TAGS)
+def d2h(src: Tensor, keep_strides: bool) -> Tensor:
+    return copy_to_host(src, keep_strides)
+
+
 @d2h.register_fake
 def _(src: Tensor, keep_strides: bool) -> Tensor:
     return torch.empty_strided(
@@ -120,9 +126,9 @@ def _(src: Tensor, keep_strides: bool) -> Tensor:
     )
 
 
-@torch.library.custom_op(f"{NAMESPACE}::release", mutates_args=("src",))
-def release(src: Tensor, host: Tensor) -> None:
-    """Let ``src`` go once its copy into ``host`` is done (a GPU-side wait)."""
+def release_source(src: Tensor, host: Tensor) -> None:
+    """Body of ``offload::release``: the compute stream waits for the copy of ``src``
+    into ``host``; after that, freeing ``src`` is safe."""
     if src.device.type != "cuda" or host.device.type != "cpu":
         return
     block = host_pool().lookup(host)
@@ -130,14 +136,18 @@ def release(src: Tensor, host: Tensor) -> None:
         torch.cuda.current_stream(src.device).wait_event(block.ready_event)
 
 
+@torch.library.custom_op(f"{NAMESPACE}::release", mutates_args=("src",))
+def release(src: Tensor, host: Tensor) -> None:
+    release_source(src, host)
+
+
 @release.register_fake
 def _(src: Tensor, host: Tensor) -> None:
     return None
 
 
-@torch.library.custom_op(f"{NAMESPACE}::h2d", mutates_args=())
-def h2d(host: Tensor, anchor: Optional[Tensor], device: str, stride: Optional[List[int]]) -> Tensor:
-    """Copy ``host`` back to ``device`` on the H2D stream; pair with :func:`wait`.
+def copy_to_device(host: Tensor, anchor: Optional[Tensor], device: str, stride: Optional[List[int]]) -> Tensor:
+    """Body of ``offload::h2d``: copy ``host`` back to ``device`` on the H2D stream; pair with :func:`wait`.
 
     ``anchor`` is not read: it only orders this op after the node that produces it.
     The result has the original tensor's strides (storage offset 0): ``host``'s own,
@@ -167,6 +177,11 @@ def h2d(host: Tensor, anchor: Optional[Tensor], device: str, stride: Optional[Li
     return out
 
 
+@torch.library.custom_op(f"{NAMESPACE}::h2d", mutates_args=())
+def h2d(host: Tensor, anchor: Optional[Tensor], device: str, stride: Optional[List[int]]) -> Tensor:
+    return copy_to_device(host, anchor, device, stride)
+
+
 @h2d.register_fake
 def _(host: Tensor, anchor: Optional[Tensor], device: str, stride: Optional[List[int]]) -> Tensor:
     stride = host.stride() if stride is None else stride
@@ -177,14 +192,19 @@ def _(host: Tensor, anchor: Optional[Tensor], device: str, stride: Optional[List
 _pending: dict[int, torch.cuda.Event] = {}
 
 
-@torch.library.custom_op(f"{NAMESPACE}::wait", mutates_args=("x",))
-def wait(x: Tensor) -> None:
-    """Make the live compute stream wait until the H2D copy into ``x`` is done."""
+def wait_for_copy(x: Tensor) -> None:
+    """Body of ``offload::wait``: the live compute stream waits until the H2D copy
+    into ``x`` is done."""
     if x.device.type != "cuda":
         return
     event = _pending.pop(x.untyped_storage().data_ptr(), None)
     if event is not None:
         torch.cuda.current_stream(x.device).wait_event(event)
+
+
+@torch.library.custom_op(f"{NAMESPACE}::wait", mutates_args=("x",))
+def wait(x: Tensor) -> None:
+    wait_for_copy(x)
 
 
 @wait.register_fake
