@@ -64,6 +64,13 @@ class GraphPlan:
 
     def summary(self) -> str:
         kept = len(self.decisions) - len(self.offloaded)
+        if self.decisions and all("not in devices" in d.reason for d in self.decisions
+                                  if d.producer != "placeholder"):
+            devices = sorted({d.device for d in self.decisions})
+            return (
+                f"graph {self.graph_id}: no activation on an offload device (saved tensors are "
+                f"on {', '.join(devices)}); the graph passes through unchanged"
+            )
         return (
             f"graph {self.graph_id}: {len(self.decisions)} saved activations "
             f"({_mib(self.saved_bytes)}), {len(self.offloaded)} offloaded "

@@ -121,15 +121,16 @@ def test_memory_drops_by_offloaded_bytes():
     assert base - got >= 0.5 * offloaded
 
 
-def test_memory_flat_and_no_pinned_allocation_after_warmup():
-    model = _model()
-    torch._dynamo.reset()
-    m = copy.deepcopy(model)
-    compiled = torch.compile(m, backend=_eager("all"))
+def test_memory_flat_over_1000_steps_and_no_pinned_allocation_after_warmup():
+    cfg = preset("tiny", vocab_size=4096, seq_len=512, n_layers=2, d_model=1024, n_heads=8, batch_size=8)
+    torch.manual_seed(0)
+    m = GPT(cfg).cuda().to(torch.bfloat16)
+    b = _eager("all")
+    compiled = torch.compile(m, backend=b)
     opt = torch.optim.SGD(m.parameters(), lr=1e-4)
-    idx, tgt = make_batch(CFG, "cuda")
+    idx, tgt = make_batch(cfg, "cuda")
     allocated, reserved, pool_allocs, pool_bytes = [], [], [], []
-    for step in range(200):
+    for step in range(1000):
         compiled(idx, tgt).backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
@@ -140,6 +141,12 @@ def test_memory_flat_and_no_pinned_allocation_after_warmup():
             pool_allocs.append(stats.allocations)
             pool_bytes.append(stats.reserved_bytes)
     torch.cuda.synchronize()
+    offloaded = sum(p.offloaded_bytes for p in b.plans)
+    print(f"1000 steps: offloaded {offloaded / 2**20:.0f} MiB/step; allocated drift "
+          f"{max(allocated) - min(allocated)} B, reserved drift {max(reserved) - min(reserved)} B, "
+          f"pinned {pool_bytes[-1] / 2**20:.0f} MiB in {pool_allocs[-1]} blocks, "
+          f"pinned drift {pool_bytes[-1] - pool_bytes[0]} B")
+    assert offloaded > 0
     assert max(allocated) == min(allocated)
     assert max(reserved) == min(reserved)
     assert pool_allocs[0] == pool_allocs[-1], "pinned allocation after warm-up"
@@ -212,3 +219,85 @@ def test_transfer_ops_clean_under_cuda_sanitizer():
 def test_cuda_sanitizer_catches_a_planted_race():
     out = _run_under_csan("--broken")
     assert out.returncode != 0 and "data race" in out.stderr, out.stderr[-3000:]
+
+
+def test_mixed_dtypes_of_equal_size_share_pool_blocks_under_delays():
+    """bf16 and fp16 models alternate steps: host blocks are reused across dtypes."""
+    models = {dt: _model().to(dt) for dt in (torch.bfloat16, torch.float16)}
+    refs = {dt: _steps(m, _eager("none"), 6) for dt, m in models.items()}
+    torch._dynamo.reset()
+    compiled, params, opts = {}, {}, {}
+    for dt, m in models.items():
+        mm = copy.deepcopy(m)
+        params[dt] = mm
+        compiled[dt] = torch.compile(mm, backend=_eager("all"))
+        opts[dt] = torch.optim.SGD(mm.parameters(), lr=1e-3)
+    idx, tgt = make_batch(CFG, "cuda")
+    got = {dt: ([], []) for dt in models}
+    streams.set_copy_delay(d2h=1_000_000, h2d=1_000_000)
+    try:
+        with sdpa_kernel(SDPBackend.MATH):
+            for step in range(6):
+                for dt in models:
+                    torch.manual_seed(step)
+                    loss = compiled[dt](idx, tgt)
+                    loss.backward()
+                    got[dt][0].append(loss.detach().clone())
+                    got[dt][1].append([p.grad.detach().clone() for p in params[dt].parameters()])
+                    opts[dt].step()
+                    opts[dt].zero_grad(set_to_none=True)
+    finally:
+        streams.set_copy_delay()
+    for dt in models:
+        assert_bitwise(refs[dt], got[dt])
+
+
+def test_real_failed_pinned_allocation_leaves_no_sticky_error(caplog):
+    import logging
+
+    model = _model()
+    ref = _steps(model, _eager("none"), 2)
+    pool = host_pool()
+    pool.clear()
+    pool._warned = False
+
+    def absurd(nbytes, pinned):  # a real cudaHostAlloc failure
+        return torch.empty(1 << 48, dtype=torch.uint8, pin_memory=pinned)
+
+    saved, pool.allocator = pool.allocator, absurd
+    try:
+        with caplog.at_level(logging.WARNING):
+            got = _steps(model, _eager("all"), 2)
+    finally:
+        pool.allocator = saved
+    warnings = [r for r in caplog.records if "stay on the device" in r.getMessage()]
+    assert len(warnings) == 1, "the fallback is said once"
+    assert_bitwise(ref, got)
+    x = torch.randn(1024, device="cuda")
+    torch.testing.assert_close((x * 2).sum().item(), 2 * x.sum().item(), rtol=1e-5, atol=1e-3)
+    torch.cuda.synchronize()
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two GPUs")
+def test_tensors_on_second_gpu_while_current_device_is_zero():
+    torch.cuda.set_device(0)
+    torch.manual_seed(0)
+    model = GPT(CFG).to("cuda:1").to(torch.bfloat16)
+    idx, tgt = make_batch(CFG, "cuda:1")
+
+    def run(policy):
+        torch._dynamo.reset()
+        m = copy.deepcopy(model)
+        c = torch.compile(m, backend=_eager(policy))
+        with sdpa_kernel(SDPBackend.MATH):
+            c(idx, tgt).backward()
+        return [p.grad.clone() for p in m.parameters()]
+
+    streams.set_copy_delay(d2h=1_000_000, h2d=1_000_000)
+    try:
+        got = run("all")
+    finally:
+        streams.set_copy_delay()
+    for a, b in zip(run("none"), got):
+        assert torch.equal(a, b)
+    assert torch.cuda.current_device() == 0
