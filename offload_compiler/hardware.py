@@ -1,0 +1,172 @@
+"""Hardware profile: copy bandwidths, matmul throughput and memory bandwidth per device.
+
+GB = 1e9 bytes and TFLOP = 1e12 floating-point operations throughout the cost model.
+
+- CUDA devices are calibrated by a short measurement (about a second) the first time a
+  device name is seen; the result is cached on disk (``$OFFLOAD_COMPILER_CACHE_DIR`` or
+  ``~/.cache/offload_compiler``), one JSON file per device name and torch version.
+- CPU-only runs use :data:`CPU_PROFILE`, a fixed profile, so planning is deterministic.
+- ``OffloadConfig(hardware={...})`` overrides any field.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+import re
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping
+
+import torch
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class HardwareProfile:
+    d2h_gbps: float
+    """Pinned device-to-host copy bandwidth, GB/s."""
+    h2d_gbps: float
+    """Pinned host-to-device copy bandwidth, GB/s."""
+    duplex_gbps: float
+    """Total bandwidth with both directions copying at once, GB/s."""
+    matmul_tflops: float
+    """Matmul throughput in the low-precision dtype (bf16/fp16), TFLOP/s."""
+    matmul_fp32_tflops: float
+    """Matmul throughput in float32, TFLOP/s."""
+    memory_gbps: float
+    """Device memory bandwidth (bytes read plus written), GB/s."""
+    launch_us: float = 4.0
+    """Fixed cost of one kernel, microseconds."""
+    name: str = ""
+    """Device name, or ``"cpu-fixed"``."""
+
+    def matmul_rate(self, dtype: torch.dtype) -> float:
+        """FLOP/s for a matmul in ``dtype``."""
+        tflops = self.matmul_fp32_tflops if dtype in (torch.float32, torch.float64) else self.matmul_tflops
+        return tflops * 1e12
+
+
+#: Fixed profile used for CPU devices (tests, loopback): round numbers, deterministic.
+CPU_PROFILE = HardwareProfile(
+    d2h_gbps=10.0, h2d_gbps=10.0, duplex_gbps=16.0, matmul_tflops=0.5,
+    matmul_fp32_tflops=0.25, memory_gbps=20.0, launch_us=2.0, name="cpu-fixed",
+)
+
+FIELDS = tuple(f.name for f in dataclasses.fields(HardwareProfile) if f.name != "name")
+
+
+def validate_overrides(overrides: Mapping[str, Any] | None) -> None:
+    """Raise ``ValueError`` unless every key is a profile field with a positive number."""
+    if overrides is None:
+        return
+    if not isinstance(overrides, Mapping):
+        raise ValueError(f"hardware must be a dict with keys from {list(FIELDS)}")
+    for key, value in overrides.items():
+        if key not in FIELDS:
+            raise ValueError(f"hardware has unknown key {key!r}; valid keys are {list(FIELDS)}")
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+            raise ValueError(f"hardware[{key!r}]={value!r} must be a positive number")
+
+
+def _cache_dir() -> Path:
+    root = os.environ.get("OFFLOAD_COMPILER_CACHE_DIR")
+    return Path(root) if root else Path.home() / ".cache" / "offload_compiler"
+
+
+_memo: dict[str, HardwareProfile] = {}
+
+
+def profile_for(device: torch.device | str, overrides: Mapping[str, Any] | None = None) -> HardwareProfile:
+    """The profile of ``device``'s type and name, with ``overrides`` applied."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        base = _cuda_profile(device)
+    else:
+        base = CPU_PROFILE
+    if overrides:
+        validate_overrides(overrides)
+        base = dataclasses.replace(base, **{k: float(v) for k, v in overrides.items()})
+    return base
+
+
+def _cuda_profile(device: torch.device) -> HardwareProfile:
+    name = torch.cuda.get_device_name(device)
+    if name in _memo:
+        return _memo[name]
+    slug = re.sub(r"[^A-Za-z0-9]+", "-", f"{name}-torch{torch.__version__}").strip("-")
+    path = _cache_dir() / f"hardware-{slug}.json"
+    profile = None
+    if path.exists():
+        try:
+            profile = HardwareProfile(**json.loads(path.read_text()))
+        except (TypeError, ValueError):
+            profile = None
+    if profile is None:
+        profile = calibrate(device)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps(dataclasses.asdict(profile), indent=2))
+        except OSError as err:  # read-only home: keep it in memory
+            log.debug("could not cache the hardware profile at %s: %s", path, err)
+    _memo[name] = profile
+    return profile
+
+
+def _time_ms(fn, repeat: int = 5) -> float:
+    fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(repeat):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    return sorted(times)[len(times) // 2]
+
+
+def calibrate(device: torch.device) -> HardwareProfile:
+    """Measure copy bandwidths, matmul rates and memory bandwidth (about a second)."""
+    t0 = time.perf_counter()
+    with torch.cuda.device(device):
+        nbytes = 256 << 20
+        host_a = torch.empty(nbytes, dtype=torch.uint8, pin_memory=True)
+        host_b = torch.empty(nbytes, dtype=torch.uint8, pin_memory=True)
+        dev_a = torch.empty(nbytes, dtype=torch.uint8, device=device)
+        dev_b = torch.empty(nbytes, dtype=torch.uint8, device=device)
+        side = torch.cuda.Stream(device)
+        d2h_ms = _time_ms(lambda: host_a.copy_(dev_a, non_blocking=True))
+        h2d_ms = _time_ms(lambda: dev_b.copy_(host_b, non_blocking=True))
+
+        def both() -> None:
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                host_a.copy_(dev_a, non_blocking=True)
+            dev_b.copy_(host_b, non_blocking=True)
+            torch.cuda.current_stream().wait_stream(side)
+
+        duplex_ms = _time_ms(both)
+        copy_ms = _time_ms(lambda: dev_b.copy_(dev_a))
+        n = 4096
+        a16 = torch.randn(n, n, device=device, dtype=torch.bfloat16)
+        a32 = torch.randn(n, n, device=device)
+        mm16_ms = _time_ms(lambda: a16 @ a16)
+        mm32_ms = _time_ms(lambda: a32 @ a32)
+    gb = nbytes / 1e9
+    profile = HardwareProfile(
+        d2h_gbps=gb / (d2h_ms / 1e3),
+        h2d_gbps=gb / (h2d_ms / 1e3),
+        duplex_gbps=2 * gb / (duplex_ms / 1e3),
+        matmul_tflops=2 * n**3 / (mm16_ms / 1e3) / 1e12,
+        matmul_fp32_tflops=2 * n**3 / (mm32_ms / 1e3) / 1e12,
+        memory_gbps=2 * gb / (copy_ms / 1e3),
+        name=torch.cuda.get_device_name(device),
+    )
+    log.info("offload: calibrated %s in %.1f s: %s", profile.name, time.perf_counter() - t0, profile)
+    return profile

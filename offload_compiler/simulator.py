@@ -1,0 +1,223 @@
+"""Timeline simulator: forward and backward as three lanes, compute, D2H and H2D.
+
+Pure Python on plain data (no FX, no torch). Times are milliseconds, sizes bytes,
+bandwidths GB/s (1e9 bytes per second).
+
+The model:
+
+- compute runs the forward ops, then the backward ops, one after another;
+- an offloaded tensor's D2H copy starts when its producer ends and the D2H lane is
+  free; its *release* is a compute-stream wait for the copy, placed after the last
+  forward use (``release_after``; ``None`` places it at the first op that ends after
+  the copy, so it never stalls); its memory is freed there;
+- in backward its H2D copy is issued before op ``reload_before`` (``None``: as late as
+  the H2D lane allows while still finishing before the first use); compute waits
+  for it before the first use; its memory is held from issue to its last use;
+- a recomputed tensor is not held between its last forward use and backward; it costs
+  ``recompute_ms`` of compute right before its first backward use;
+- a kept tensor is held from production to its last backward use.
+
+Memory counts only saved activations: the *activation peak*.
+"""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass, field
+from typing import Literal
+
+KEEP, OFFLOAD, RECOMPUTE = "keep", "offload", "recompute"
+Choice = Literal["keep", "offload", "recompute"]
+
+
+@dataclass(frozen=True)
+class SimTensor:
+    name: str
+    nbytes: int
+    produced: int
+    """Index of the forward op that produces it."""
+    last_fw_use: int
+    """Index of the last forward op that reads it (or an alias); ``>= produced``."""
+    first_bw_use: int
+    """Index of the first backward op that reads it."""
+    last_bw_use: int
+    """Index of the last backward op that reads it."""
+    decision: Choice = KEEP
+    recompute_ms: float = 0.0
+    release_after: int | None = None
+    """Forward op after which it is released (offload only)."""
+    reload_before: int | None = None
+    """Backward op before which its reload is issued (offload only)."""
+
+
+@dataclass(frozen=True)
+class Lanes:
+    d2h_gbps: float
+    h2d_gbps: float
+
+
+@dataclass
+class SimResult:
+    step_ms: float
+    fw_ms: float
+    bw_ms: float
+    stall_ms: float
+    peak_bytes: int
+    peak_time_ms: float
+    end_of_forward_bytes: int
+    release_after: dict[str, int] = field(default_factory=dict)
+    reload_before: dict[str, int] = field(default_factory=dict)
+    copy_ms: dict[str, float] = field(default_factory=dict)
+    hidden_ms: dict[str, float] = field(default_factory=dict)
+    """Per offloaded tensor: compute time that ran while its D2H copy ran."""
+    events: list[tuple[str, str, float, float]] = field(default_factory=list)
+    """(lane, label, start_ms, end_ms): lanes ``compute``, ``d2h``, ``h2d``."""
+    memory: list[tuple[float, int]] = field(default_factory=list)
+    """(time_ms, activation bytes held) after every change."""
+
+
+def _copy_ms(nbytes: int, gbps: float) -> float:
+    return nbytes / (gbps * 1e9) * 1e3
+
+
+def simulate(fw_ms: list[float], bw_ms: list[float], tensors: list[SimTensor], lanes: Lanes,
+             *, record: bool = False) -> SimResult:
+    """Simulate one training step; see the module docstring for the model."""
+    mem_deltas: list[tuple[float, int, int]] = []  # (time, order, delta)
+    events: list[tuple[str, str, float, float]] = []
+    order = 0
+
+    def mem(t: float, delta: int) -> None:
+        nonlocal order
+        mem_deltas.append((t, order, delta))
+        order += 1
+
+    produced_at: dict[int, list[SimTensor]] = {}
+    dropped_at: dict[int, list[SimTensor]] = {}  # recomputed: freed after the last fw use
+    for x in tensors:
+        produced_at.setdefault(x.produced, []).append(x)
+        if x.decision == RECOMPUTE:
+            dropped_at.setdefault(x.last_fw_use, []).append(x)
+
+    # ---- forward -------------------------------------------------------------
+    t, stall, d2h_free = 0.0, 0.0, 0.0
+    copy_end: dict[str, float] = {}
+    copy_ms: dict[str, float] = {}
+    pending: list[SimTensor] = []  # offloaded, not yet released
+    release_after: dict[str, int] = {}
+    op_start: list[float] = []
+    n_fw = len(fw_ms)
+    for i in range(n_fw):
+        op_start.append(t)
+        if record and fw_ms[i] > 0:
+            events.append(("compute", f"fw {i}", t, t + fw_ms[i]))
+        t += fw_ms[i]
+        for x in produced_at.get(i, ()):
+            mem(t, x.nbytes)
+            if x.decision == OFFLOAD:
+                start = max(t, d2h_free)
+                dur = _copy_ms(x.nbytes, lanes.d2h_gbps)
+                copy_end[x.name], copy_ms[x.name] = start + dur, dur
+                d2h_free = start + dur
+                if record:
+                    events.append(("d2h", x.name, start, start + dur))
+                pending.append(x)
+            elif x.decision == RECOMPUTE:
+                pass  # freed after its last forward use, below
+        if pending:
+            ready = [p for p in pending if _releases_now(p, i, t, copy_end, n_fw)]
+            for x in ready:
+                wait = max(0.0, copy_end[x.name] - t)
+                stall += wait
+                t += wait
+                mem(t, -x.nbytes)
+                release_after[x.name] = i
+            if ready:
+                pending = [p for p in pending if p.name not in release_after]
+        for x in dropped_at.get(i, ()):
+            mem(t, -x.nbytes)
+    fw_end = t
+    hidden = {name: max(0.0, min(copy_end[name], fw_end) - (copy_end[name] - copy_ms[name]))
+              for name in copy_end}
+
+    # ---- backward: plan reload issue points (as late as possible) -------------
+    n_bw = len(bw_ms)
+    bw_start = [fw_end]
+    for k in range(n_bw):
+        bw_start.append(bw_start[-1] + bw_ms[k])
+    offloaded = sorted((x for x in tensors if x.decision == OFFLOAD),
+                       key=lambda x: (x.first_bw_use, x.name))
+    reload_before: dict[str, int] = {}
+    lane_next = float("inf")
+    for x in reversed(offloaded):
+        dur = _copy_ms(x.nbytes, lanes.h2d_gbps)
+        if x.reload_before is not None:
+            k = min(x.reload_before, x.first_bw_use)
+        else:
+            latest_end = min(bw_start[x.first_bw_use], lane_next)
+            k = max(0, bisect.bisect_right(bw_start, latest_end - dur, 0, x.first_bw_use + 1) - 1)
+        reload_before[x.name] = k
+        lane_next = bw_start[k]
+    issue_at: dict[int, list[SimTensor]] = {}
+    for x in offloaded:
+        issue_at.setdefault(reload_before[x.name], []).append(x)
+    first_use: dict[int, list[SimTensor]] = {}
+    last_use: dict[int, list[SimTensor]] = {}
+    for x in tensors:
+        first_use.setdefault(x.first_bw_use, []).append(x)
+        last_use.setdefault(x.last_bw_use, []).append(x)
+
+    # ---- backward: run ---------------------------------------------------------
+    h2d_free = max(t, d2h_free)  # a reload never starts before the copy out ended
+    reload_end: dict[str, float] = {}
+    for k in range(n_bw):
+        for x in issue_at.get(k, ()):
+            start = max(t, h2d_free, copy_end[x.name])
+            dur = _copy_ms(x.nbytes, lanes.h2d_gbps)
+            reload_end[x.name] = start + dur
+            h2d_free = start + dur
+            mem(t, x.nbytes)
+            if record:
+                events.append(("h2d", x.name, start, start + dur))
+        for x in first_use.get(k, ()):
+            if x.decision == OFFLOAD:
+                wait = max(0.0, reload_end[x.name] - t)
+                stall += wait
+                t += wait
+            elif x.decision == RECOMPUTE:
+                if record and x.recompute_ms > 0:
+                    events.append(("compute", f"recompute {x.name}", t, t + x.recompute_ms))
+                t += x.recompute_ms
+                mem(t, x.nbytes)
+        if record and bw_ms[k] > 0:
+            events.append(("compute", f"bw {k}", t, t + bw_ms[k]))
+        t += bw_ms[k]
+        for x in last_use.get(k, ()):
+            mem(t, -x.nbytes)
+
+    # ---- memory ---------------------------------------------------------------
+    mem_deltas.sort()
+    held, peak, peak_t, end_fw = 0, 0, 0.0, 0
+    curve = []
+    for time_ms, _, delta in mem_deltas:
+        held += delta
+        if time_ms <= fw_end:
+            end_fw = held
+        if held > peak:
+            peak, peak_t = held, time_ms
+        if record:
+            curve.append((time_ms, held))
+    return SimResult(
+        step_ms=t, fw_ms=fw_end, bw_ms=t - fw_end, stall_ms=stall, peak_bytes=peak,
+        peak_time_ms=peak_t, end_of_forward_bytes=end_fw, release_after=release_after,
+        reload_before=reload_before, copy_ms=copy_ms, hidden_ms=hidden, events=events,
+        memory=curve,
+    )
+
+
+def _releases_now(x: SimTensor, i: int, t: float, copy_end: dict[str, float], n_fw: int) -> bool:
+    if x.release_after is not None:
+        return i >= max(x.release_after, x.last_fw_use)
+    if i < x.last_fw_use:
+        return False
+    return copy_end[x.name] <= t or i == n_fw - 1

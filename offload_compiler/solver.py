@@ -1,0 +1,156 @@
+"""Solver: KEEP, OFFLOAD or RECOMPUTE per saved activation, under a memory budget.
+
+Pure function on plain lists (see :func:`solve`); the timeline simulator scores plans.
+Greedy, in three phases, each stopping once the predicted activation peak is within
+the budget:
+
+1. offloads whose copy the simulator finds hidden behind compute (they cost nothing),
+   earliest-produced first, since they have the most compute to hide behind;
+2. recomputations, cheapest per byte first;
+3. whatever remains, the cheaper of an exposed copy and a recomputation per byte.
+
+With ``budget_bytes=None`` (``"auto"``) the target is zero bytes, and a change is
+taken only while the predicted step stays within ``(1 + max_overhead)`` times the
+baseline's: the least activation peak within the allowed overhead.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from .simulator import KEEP, OFFLOAD, RECOMPUTE, Lanes, SimResult, SimTensor, simulate
+
+
+@dataclass(frozen=True)
+class Option:
+    """What the solver may do with one tensor."""
+
+    can_offload: bool
+    can_recompute: bool
+    forced: str | None = None
+    """A decision the user's tag imposes (``MUST_*``)."""
+    why_not_offload: str = ""
+    why_not_recompute: str = ""
+
+
+@dataclass
+class Solution:
+    decisions: dict[str, str]
+    reasons: dict[str, str]
+    result: SimResult
+    baseline: SimResult
+    budget_bytes: int | None
+    met: bool
+    """Whether the predicted activation peak is within the budget."""
+    note: str = ""
+
+
+def solve(
+    fw_ms: list[float],
+    bw_ms: list[float],
+    tensors: list[SimTensor],
+    options: dict[str, Option],
+    lanes: Lanes,
+    *,
+    budget_bytes: int | None,
+    max_overhead: float,
+    host_cap_bytes: int | None = None,
+    tolerance_ms: float | None = None,
+) -> Solution:
+    by_name = {x.name: x for x in tensors}
+    decisions = {x.name: options[x.name].forced or KEEP for x in tensors}
+
+    def run(dec: dict[str, str]) -> SimResult:
+        return simulate(fw_ms, bw_ms, [dataclasses.replace(x, decision=dec[x.name]) for x in tensors], lanes)
+
+    baseline = run({x.name: KEEP for x in tensors})
+    current = run(decisions)
+    limit_ms = baseline.step_ms * (1 + max_overhead) if budget_bytes is None else float("inf")
+    target = 0 if budget_bytes is None else budget_bytes
+    tol = tolerance_ms if tolerance_ms is not None else max(1e-3, 1e-3 * baseline.step_ms)
+    host = sum(by_name[n].nbytes for n, d in decisions.items() if d == OFFLOAD)
+    reasons: dict[str, str] = {}
+
+    def free(x: SimTensor) -> bool:
+        return decisions[x.name] == KEEP and options[x.name].forced is None
+
+    def try_change(x: SimTensor, choice: str, max_step: float) -> bool:
+        nonlocal current, host
+        if choice == OFFLOAD and host_cap_bytes is not None and host + x.nbytes > host_cap_bytes:
+            return False
+        trial = dict(decisions)
+        trial[x.name] = choice
+        result = run(trial)
+        better = (result.peak_bytes, result.end_of_forward_bytes) < (
+            current.peak_bytes, current.end_of_forward_bytes)
+        if result.step_ms > max_step or not better:
+            return False
+        decisions[x.name] = choice
+        current = result
+        if choice == OFFLOAD:
+            host += x.nbytes
+        return True
+
+    # Phase 1: hidden offloads, earliest-produced first.
+    for x in sorted(tensors, key=lambda x: (x.produced, x.name)):
+        if current.peak_bytes <= target:
+            break
+        if free(x) and options[x.name].can_offload:
+            try_change(x, OFFLOAD, min(limit_ms, current.step_ms + tol))
+    # Phase 2: recompute, cheapest per byte first.
+    for x in sorted(tensors, key=lambda x: (x.recompute_ms / max(x.nbytes, 1), x.name)):
+        if current.peak_bytes <= target:
+            break
+        if free(x) and options[x.name].can_recompute:
+            try_change(x, RECOMPUTE, limit_ms)
+    # Phase 3: the cheaper of an exposed copy and a recomputation, per byte.
+    def cost(x: SimTensor) -> float:
+        copy = x.nbytes / (lanes.d2h_gbps * 1e9) * 1e3 + x.nbytes / (lanes.h2d_gbps * 1e9) * 1e3
+        costs = [copy] if options[x.name].can_offload else []
+        if options[x.name].can_recompute:
+            costs.append(x.recompute_ms)
+        return min(costs, default=float("inf")) / max(x.nbytes, 1)
+
+    for x in sorted(tensors, key=lambda x: (cost(x), x.name)):
+        if current.peak_bytes <= target:
+            break
+        if not free(x):
+            continue
+        choices = []
+        if options[x.name].can_offload:
+            choices.append(OFFLOAD)
+        if options[x.name].can_recompute:
+            choices.append(RECOMPUTE)
+        choices.sort(key=lambda c: x.recompute_ms if c == RECOMPUTE else
+                     x.nbytes / (lanes.d2h_gbps * 1e9) * 1e3)
+        for choice in choices:
+            if try_change(x, choice, limit_ms):
+                break
+
+    met = current.peak_bytes <= target if budget_bytes is not None else True
+    note = ""
+    if budget_bytes is not None and not met:
+        note = (f"budget of {budget_bytes} bytes not reachable: best effort predicts "
+                f"{current.peak_bytes} bytes")
+    for x in tensors:
+        reasons[x.name] = _reason(x, decisions[x.name], options[x.name], current, lanes, met)
+    return Solution(decisions, reasons, current, baseline, budget_bytes, met, note)
+
+
+def _reason(x: SimTensor, choice: str, opt: Option, result: SimResult, lanes: Lanes, met: bool) -> str:
+    copy = x.nbytes / (lanes.d2h_gbps * 1e9) * 1e3
+    rc = f"{x.recompute_ms:.2f} ms" if opt.can_recompute else f"not possible ({opt.why_not_recompute})"
+    if opt.forced:
+        return f"{choice}: required by the model's checkpoint tag"
+    if choice == OFFLOAD:
+        hidden = result.hidden_ms.get(x.name, 0.0)
+        return (f"offload: {copy:.2f} ms of copy, {min(hidden, copy):.2f} ms of it hidden behind "
+                f"compute; recompute would cost {rc}")
+    if choice == RECOMPUTE:
+        off = f"{copy:.2f} ms each way" if opt.can_offload else f"not possible ({opt.why_not_offload})"
+        return f"recompute: {x.recompute_ms:.2f} ms in backward; offload would copy {off}"
+    if met:
+        return "keep: the budget is met without moving it"
+    return (f"keep: moving it would exceed the allowed overhead (offload {copy:.2f} ms each way"
+            f"{'' if opt.can_offload else ' not possible: ' + opt.why_not_offload}; recompute {rc})")
