@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, Mapping, get_args
 
 InnerCompiler = Literal["inductor", "eager"]
-Policy = Literal["all", "none"]
+Policy = Literal["cost_model", "all", "none"]
 
 #: Device types whose tensors the runtime knows how to offload. ``cuda`` uses side
 #: streams, events and pinned host memory; ``cpu`` is the loopback mode: copies go to
@@ -54,10 +54,27 @@ class OffloadConfig:
     ``None`` (default) means no cap beyond what pinning succeeds in getting; if pinned
     memory cannot be had at run time the tensor stays on the device."""
 
-    policy: Policy = "all"
-    """Which eligible activations are offloaded: ``"all"`` (every eligible saved
-    activation at least ``min_offload_bytes`` large) or ``"none"`` (nothing; the result
-    is the inner compiler's own, which makes it the baseline for comparisons)."""
+    policy: Policy = "cost_model"
+    """How activations are chosen. ``"cost_model"`` (default): the planner decides
+    keep, offload or recompute for each, from a cost model of copy bandwidth against
+    recompute cost, to meet ``memory_budget`` at the least predicted step time.
+    ``"all"``: offload every eligible activation (at least ``min_offload_bytes``).
+    ``"none"``: change nothing (the inner compiler's own result: the baseline)."""
+
+    memory_budget: float | int | str = "auto"
+    """Bound on the *activation peak*: the most bytes of forward values held on the GPU
+    for backward at any moment of the step. A float in (0, 1] is a fraction of the
+    activation peak of the default partition with nothing offloaded; an int is a byte
+    count; ``"auto"`` (default) takes the least activation peak whose predicted
+    overhead stays within ``max_overhead``. Used by ``policy="cost_model"``."""
+
+    max_overhead: float = 0.03
+    """With ``memory_budget="auto"``: the predicted step-time increase allowed, as a
+    fraction of the step (default 0.03, three percent)."""
+
+    hardware: Mapping[str, float] | None = None
+    """Overrides of the measured hardware profile, e.g. ``{"d2h_gbps": 25.0}``; keys are
+    the fields of ``offload_compiler.hardware.HardwareProfile``."""
 
     prefetch_depth: int = 1
     """How many reloads run ahead in backward: the reload of the k-th offloaded tensor
@@ -94,6 +111,16 @@ class OffloadConfig:
         _check_int("min_offload_bytes", self.min_offload_bytes, allow_none=False)
         _check_int("max_host_bytes", self.max_host_bytes, allow_none=True)
         _check_int("prefetch_depth", self.prefetch_depth, allow_none=False)
+        _check_budget(self.memory_budget)
+        if isinstance(self.max_overhead, bool) or not isinstance(self.max_overhead, (int, float)) \
+                or self.max_overhead < 0:
+            raise ValueError(f"max_overhead={self.max_overhead!r} is not valid; it must be a "
+                             "non-negative number (a fraction of the step time)")
+        from .hardware import validate_overrides
+
+        validate_overrides(self.hardware)
+        if self.hardware is not None:
+            object.__setattr__(self, "hardware", tuple(sorted(self.hardware.items())))
 
     @classmethod
     def from_options(cls, options: Mapping[str, Any] | None) -> "OffloadConfig":
@@ -129,6 +156,19 @@ def option_names() -> tuple[str, ...]:
 
 def valid_keys_text() -> str:
     return f"valid options are {list(option_names())}"
+
+
+def _check_budget(value: Any) -> None:
+    ok = (
+        value == "auto"
+        or (isinstance(value, float) and 0.0 < value <= 1.0)
+        or (isinstance(value, int) and not isinstance(value, bool) and value >= 0)
+    )
+    if not ok:
+        raise ValueError(
+            f"memory_budget={value!r} is not valid; give \"auto\", a float fraction in "
+            "(0, 1] of the activation peak, or an int number of bytes"
+        )
 
 
 def _check_int(name: str, value: Any, *, allow_none: bool) -> None:

@@ -23,10 +23,13 @@ from passes import (
     annotate_streams,
     insert_transfers,
     schedule_prefetches,
+    schedule_releases,
 )
 
+from . import planner
 from .config import OffloadConfig
-from .plan import GraphPlan, choose, offloads_of
+from .hardware import profile_for
+from .plan import GraphPlan, choose, decide_from_solution, offloads_of, predictions
 
 log = logging.getLogger("offload_compiler")
 
@@ -54,18 +57,23 @@ class OffloadPartitioner(CustomPartitionerFn):
     ) -> tuple[fx.GraphModule, fx.GraphModule]:
         kwargs.setdefault("compiler", "inductor")
         num_fwd_outputs = kwargs["num_fwd_outputs"]
-        fw_gm, bw_gm = min_cut_rematerialization_partition(gm, joint_inputs, **kwargs)
         graph_id = next(_graph_ids)
-        candidates = analyze_candidates(
-            fw_gm,
-            bw_gm,
-            num_fwd_outputs,
-            devices=self.config.devices,
-            min_offload_bytes=self.config.min_offload_bytes,
-        )
-        plan = choose(candidates, self.config, graph_id)
+        fw_gm, bw_gm = min_cut_rematerialization_partition(gm, joint_inputs, **kwargs)
+        candidates = self._analyze(fw_gm, bw_gm, num_fwd_outputs)
+        off_device = not any(c.device.split(":")[0] in self.config.devices for c in candidates)
+        if self.config.policy == "cost_model" and not off_device:
+            fw_gm, bw_gm, plan, schedule = self._plan_cost_model(
+                gm, joint_inputs, kwargs, fw_gm, bw_gm, candidates, graph_id)
+        else:
+            plan, schedule = choose(candidates, self.config, graph_id), None
+        plan.off_device = off_device
         insert_transfers(fw_gm, bw_gm, num_fwd_outputs, offloads_of(plan))
-        schedule_prefetches(bw_gm, self.config.prefetch_depth)
+        if schedule is not None:
+            release_after, issue_before = schedule
+            schedule_releases(fw_gm, release_after)
+            schedule_prefetches(bw_gm, self.config.prefetch_depth, issue_before)
+        else:
+            schedule_prefetches(bw_gm, self.config.prefetch_depth)
         annotate_streams(fw_gm, bw_gm)
         plan.fw_graph, plan.bw_graph = fw_gm, bw_gm
         log.info("offload: %s", plan.summary())
@@ -76,6 +84,43 @@ class OffloadPartitioner(CustomPartitionerFn):
             self.on_plan(plan)
         return fw_gm, bw_gm
 
+    def _analyze(self, fw_gm, bw_gm, num_fwd_outputs):
+        return analyze_candidates(
+            fw_gm, bw_gm, num_fwd_outputs,
+            devices=self.config.devices, min_offload_bytes=self.config.min_offload_bytes,
+        )
+
+    def _plan_cost_model(self, joint_gm, joint_inputs, kwargs, fw_gm, bw_gm, candidates, graph_id):
+        num_fwd_outputs = kwargs["num_fwd_outputs"]
+        hw = profile_for(_device_of(candidates, self.config.devices),
+                         dict(self.config.hardware or ()))
+        facts = planner.gather(fw_gm, bw_gm, num_fwd_outputs, candidates, joint_gm, hw)
+        solution = planner.solve_facts(facts, self.config, hw)
+        earlier = {c.name: c for c in candidates}
+        recompute = [n for n, d in solution.decisions.items() if d == planner.RECOMPUTE]
+        if recompute:
+            planner.tag_recompute(joint_gm, [facts.chains[n] for n in recompute])
+            fw_gm, bw_gm = min_cut_rematerialization_partition(joint_gm, joint_inputs, **kwargs)
+            candidates = self._analyze(fw_gm, bw_gm, num_fwd_outputs)
+            facts = planner.gather(fw_gm, bw_gm, num_fwd_outputs, candidates, None, hw)
+        plan = decide_from_solution(candidates, solution, graph_id, earlier)
+        decisions = {d.name: d.decision.value for d in plan.decisions}
+        final = planner.final_simulation(facts, decisions, hw)
+        plan.predicted = predictions(solution, final, facts, hw)
+        plan.simulation = final
+        plan.note = solution.note
+        release_after = {name: facts.fw_nodes[i] for name, i in final.release_after.items()}
+        issue_before = {name: facts.bw_nodes[k] for name, k in final.reload_before.items()}
+        return fw_gm, bw_gm, plan, (release_after, issue_before)
+
     def uuid(self) -> str:
         """Changes with the config and with the code of this package and of ``passes``."""
         return f"offload-{_source_hash()}-{self.config.fingerprint()}"
+
+
+def _device_of(candidates, devices: tuple[str, ...]) -> str:
+    """The device the plan is for: the first saved activation on an allowed device."""
+    for c in candidates:
+        if c.device.split(":")[0] in devices:
+            return c.device
+    return "cpu"

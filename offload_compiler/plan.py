@@ -49,6 +49,19 @@ class GraphPlan:
     """The rewritten forward ``fx.GraphModule`` (before the inner compiler)."""
     bw_graph: Any = field(default=None, repr=False)
     """The rewritten backward ``fx.GraphModule`` (before the inner compiler)."""
+    predicted: dict[str, float] = field(default_factory=dict)
+    """Planner predictions: ``activation_peak_bytes``, ``baseline_activation_peak_bytes``,
+    ``peak_bytes``, ``step_ms``, ``baseline_step_ms`` (``policy="cost_model"`` only)."""
+    simulation: Any = field(default=None, repr=False)
+    """The simulated timeline of the final plan (``simulator.SimResult``)."""
+    note: str = ""
+    """Anything the planner wants said: a budget it could not meet, for example."""
+    off_device: bool = False
+    """No saved tensor is on an offload device: the graph passed through unchanged."""
+
+    @property
+    def recomputed(self) -> list[DecisionRecord]:
+        return [d for d in self.decisions if d.decision is Decision.RECOMPUTE]
 
     @property
     def offloaded(self) -> list[DecisionRecord]:
@@ -63,9 +76,8 @@ class GraphPlan:
         return sum(d.nbytes for d in self.decisions)
 
     def summary(self) -> str:
-        kept = len(self.decisions) - len(self.offloaded)
-        if self.decisions and all("not in devices" in d.reason for d in self.decisions
-                                  if d.producer != "placeholder"):
+        kept = len(self.decisions) - len(self.offloaded) - len(self.recomputed)
+        if self.off_device:
             devices = sorted({d.device for d in self.decisions})
             return (
                 f"graph {self.graph_id}: no activation on an offload device (saved tensors are "
@@ -74,7 +86,14 @@ class GraphPlan:
         return (
             f"graph {self.graph_id}: {len(self.decisions)} saved activations "
             f"({_mib(self.saved_bytes)}), {len(self.offloaded)} offloaded "
-            f"({_mib(self.offloaded_bytes)}), {kept} kept"
+            f"({_mib(self.offloaded_bytes)}), {len(self.recomputed)} recomputed, {kept} kept"
+            + (
+                f"; predicted activation peak {_mib(int(self.predicted['activation_peak_bytes']))} "
+                f"(was {_mib(int(self.predicted['baseline_activation_peak_bytes']))}), step "
+                f"{self.predicted['step_ms']:.2f} ms (was {self.predicted['baseline_step_ms']:.2f} ms)"
+                if self.predicted else ""
+            )
+            + (f"; {self.note}" if self.note else "")
         )
 
 
@@ -113,3 +132,54 @@ def choose(candidates: list[Candidate], config: OffloadConfig, graph_id: int) ->
 
 def offloads_of(plan: GraphPlan) -> list[Offload]:
     return [Offload(name=d.name, nbytes=d.nbytes, reason=d.reason) for d in plan.offloaded]
+
+
+def decide_from_solution(candidates: list[Candidate], solution, graph_id: int,
+                         earlier: dict[str, Candidate]) -> GraphPlan:
+    """Decision records for the final partition's saved values, from the solver's choice.
+
+    Recomputed values no longer appear among the saved ones; they are recorded too.
+    """
+    plan = GraphPlan(graph_id)
+    present = set()
+    for c in candidates:
+        present.add(c.name)
+        choice = solution.decisions.get(c.name)
+        if choice == "offload" and c.eligible:
+            decision, reason = Decision.OFFLOAD, solution.reasons[c.name]
+        elif choice == "recompute":
+            decision, reason = Decision.KEEP, "keep: the min-cut partitioner kept it saved"
+        elif choice is None:
+            decision = Decision.KEEP
+            reason = (c.reason if not c.eligible else
+                      "keep: saved by the partition that realises the recomputation")
+        else:
+            decision, reason = Decision.KEEP, solution.reasons.get(c.name, c.reason)
+        if choice is None and not c.eligible:
+            reason = f"keep: {c.reason}"
+        plan.decisions.append(_record(c, decision, reason))
+    for name, choice in solution.decisions.items():
+        if choice == "recompute" and name not in present:
+            plan.decisions.append(_record(earlier[name], Decision.RECOMPUTE, solution.reasons[name]))
+    return plan
+
+
+def _record(c: Candidate, decision: Decision, reason: str) -> DecisionRecord:
+    return DecisionRecord(
+        name=c.name, producer=c.producer, shape=c.shape,
+        dtype=str(c.dtype).removeprefix("torch."), device=c.device, nbytes=c.nbytes,
+        decision=decision, reason=reason,
+    )
+
+
+def predictions(solution, final, facts, hw) -> dict[str, float]:
+    return {
+        "activation_peak_bytes": final.peak_bytes,
+        "baseline_activation_peak_bytes": solution.baseline.peak_bytes,
+        "peak_bytes": final.peak_bytes,
+        "peak_time_ms": final.peak_time_ms,
+        "step_ms": final.step_ms,
+        "baseline_step_ms": solution.baseline.step_ms,
+        "stall_ms": final.stall_ms,
+        "budget_bytes": -1 if solution.budget_bytes is None else solution.budget_bytes,
+    }

@@ -44,6 +44,7 @@ class Solution:
     met: bool
     """Whether the predicted activation peak is within the budget."""
     note: str = ""
+    nbytes: dict[str, int] = dataclasses.field(default_factory=dict)
 
 
 def solve(
@@ -134,8 +135,10 @@ def solve(
         note = (f"budget of {budget_bytes} bytes not reachable: best effort predicts "
                 f"{current.peak_bytes} bytes")
     for x in tensors:
-        reasons[x.name] = _reason(x, decisions[x.name], options[x.name], current, lanes, met)
-    return Solution(decisions, reasons, current, baseline, budget_bytes, met, note)
+        reasons[x.name] = _reason(x, decisions[x.name], options[x.name], current, lanes,
+                                  met and budget_bytes is not None)
+    return Solution(decisions, reasons, current, baseline, budget_bytes, met, note,
+                    {x.name: x.nbytes for x in tensors})
 
 
 def _reason(x: SimTensor, choice: str, opt: Option, result: SimResult, lanes: Lanes, met: bool) -> str:
@@ -150,6 +153,9 @@ def _reason(x: SimTensor, choice: str, opt: Option, result: SimResult, lanes: La
     if choice == RECOMPUTE:
         off = f"{copy:.2f} ms each way" if opt.can_offload else f"not possible ({opt.why_not_offload})"
         return f"recompute: {x.recompute_ms:.2f} ms in backward; offload would copy {off}"
+    if not opt.can_offload and not opt.can_recompute:
+        return (f"keep: cannot be offloaded ({opt.why_not_offload}) nor recomputed "
+                f"({opt.why_not_recompute})")
     if met:
         return "keep: the budget is met without moving it"
     return (f"keep: moving it would exceed the allowed overhead (offload {copy:.2f} ms each way"

@@ -8,6 +8,7 @@ from .analyze_candidates import Candidate, analyze_candidates, saved_values
 from .annotate_streams import annotate_streams
 from .insert_transfers import Offload, insert_transfers
 from .schedule_prefetches import schedule_prefetches
+from .schedule_releases import schedule_releases
 from .transfer_meta import META_KEY, TransferMeta, transfer_meta, transfer_nodes
 
 __all__ = [
@@ -20,6 +21,7 @@ __all__ = [
     "insert_transfers",
     "saved_values",
     "schedule_prefetches",
+    "schedule_releases",
     "transfer_meta",
     "transfer_nodes",
 ]

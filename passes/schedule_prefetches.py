@@ -29,7 +29,11 @@ def _is_anchor(node: fx.Node) -> bool:
     )
 
 
-def schedule_prefetches(bw_gm: fx.GraphModule, depth: int) -> None:
+def schedule_prefetches(
+    bw_gm: fx.GraphModule, depth: int, issue_before: dict[str, fx.Node] | None = None
+) -> None:
+    """Place reloads ``depth`` ahead, or before the node ``issue_before`` names for the
+    offloaded value (the planner's schedule), anchored on the tensor computed last."""
     graph = bw_gm.graph
     waits = transfer_nodes(graph, "wait")
     if not waits:
@@ -40,7 +44,12 @@ def schedule_prefetches(bw_gm: fx.GraphModule, depth: int) -> None:
     for k, wait in enumerate(waits):
         h2d = wait.args[0]
         assert transfer_meta(h2d) is not None and h2d.target is ops.H2D
-        if depth == 0:
+        planned = issue_before.get(transfer_meta(h2d).value) if issue_before else None
+        if planned is not None:
+            limit = min(pos[planned], pos[wait])
+            before = [n for n in nodes[:limit] if _is_anchor(n)]
+            anchor = before[-1] if before else None
+        elif depth == 0:
             # Right before the first use, anchored on the last tensor computed before it.
             before = [n for n in nodes[: pos[wait]] if _is_anchor(n)]
             anchor = before[-1] if before else None

@@ -7,7 +7,7 @@ import torch
 import offload_compiler
 from passes import transfer_nodes
 
-LOOPBACK = {"devices": ("cpu",), "min_offload_bytes": 0}
+LOOPBACK = {"devices": ("cpu",), "min_offload_bytes": 0, "policy": "all"}
 
 
 def train(model, inputs, backend, *, steps=3, seed=0, lr=1e-2):
@@ -34,6 +34,11 @@ def train(model, inputs, backend, *, steps=3, seed=0, lr=1e-2):
 
 def backend(**options):
     return offload_compiler.make_backend(**options)
+
+
+def loopback(**options):
+    """Loopback options (CPU tensors offloaded), overridden by ``options``."""
+    return {**LOOPBACK, **options}
 
 
 def assert_bitwise(a, b):

@@ -10,7 +10,8 @@ from offload_compiler.config import option_names
 
 def test_defaults():
     c = OffloadConfig()
-    assert c.inner_compiler == "inductor" and c.policy == "all"
+    assert c.inner_compiler == "inductor" and c.policy == "cost_model"
+    assert c.memory_budget == "auto" and c.max_overhead == 0.03 and c.hardware is None
     assert c.devices == ("cuda",) and c.min_offload_bytes == 1 << 20
     assert c.max_host_bytes is None and c.prefetch_depth == 1
 
@@ -25,7 +26,13 @@ def test_from_options_and_frozen():
 
 @pytest.mark.parametrize("options,fragment", [
     ({"polcy": "all"}, "valid options are"),
-    ({"policy": "some"}, "('all', 'none')"),
+    ({"policy": "some"}, "('cost_model', 'all', 'none')"),
+    ({"memory_budget": 1.5}, "fraction in (0, 1]"),
+    ({"memory_budget": "half"}, '"auto"'),
+    ({"memory_budget": True}, "int number of bytes"),
+    ({"max_overhead": -0.1}, "non-negative number"),
+    ({"hardware": {"pcie": 1}}, "valid keys are"),
+    ({"hardware": {"d2h_gbps": 0}}, "positive number"),
     ({"inner_compiler": "tvm"}, "('inductor', 'eager')"),
     ({"devices": ("tpu",)}, "('cuda', 'cpu')"),
     ({"devices": ()}, "non-empty"),

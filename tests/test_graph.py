@@ -7,14 +7,14 @@ import torch
 from torch._inductor.utils import run_and_get_code
 
 import offload_compiler
-from helpers import LOOPBACK, backend, counts
+from helpers import LOOPBACK, loopback, backend, counts
 from models import Attention, NormGeluMLP, Transposed
 from passes import transfer_meta, transfer_nodes
 from offload_compiler.runtime import ops
 
 
 def _plan(model, args, **options):
-    b = backend(**{**LOOPBACK, "inner_compiler": "eager", **options})
+    b = backend(**loopback(inner_compiler="eager", **options))
     torch.compile(model, backend=b)(*args).backward()
     (plan,) = b.plans
     return plan
@@ -156,7 +156,7 @@ def _h2d_waits_in_order(code):
 def test_inductor_code_keeps_ops_in_order():
     torch.manual_seed(0)
     model, x = NormGeluMLP(), torch.randn(8, 32)
-    b = backend(**LOOPBACK)
+    b = backend(**loopback())
     compiled = torch.compile(model, backend=b)
     _, (fw_code, bw_code) = run_and_get_code(lambda: compiled(x).backward())
     n = len(b.plans[0].offloaded)

@@ -8,7 +8,7 @@ import torch
 import torch.nn as nn
 
 import offload_compiler
-from helpers import LOOPBACK, assert_bitwise, backend, train
+from helpers import LOOPBACK, loopback, assert_bitwise, backend, train
 from models import Dropout, NormGeluMLP
 from offload_compiler.runtime import host_pool
 
@@ -44,9 +44,9 @@ def test_integer_bool_complex_tensors_stay_and_gradients_match():
     torch.manual_seed(0)
     model = MixedDtypes()
     inputs = (torch.randn(4, 16), torch.randint(16, (4, 3)))
-    b = backend(inner_compiler="eager", **LOOPBACK)
+    b = backend(**loopback(inner_compiler="eager"))
     got = train(model, inputs, b)
-    ref = train(model, inputs, backend(inner_compiler="eager", policy="none", **LOOPBACK))
+    ref = train(model, inputs, backend(**loopback(inner_compiler="eager", policy="none")))
     assert_bitwise(ref, got)
     reasons = {d.reason for d in b.plans[0].decisions}
     assert any("complex" in r for r in reasons)
@@ -72,7 +72,7 @@ def test_tensor_subclass_inputs_work():
 
     x = TwoTensor(torch.randn(4, 8), torch.randn(4, 8))
     grads = []
-    for bk in ("aot_eager", backend(inner_compiler="eager", **LOOPBACK)):
+    for bk in ("aot_eager", backend(**loopback(inner_compiler="eager"))):
         torch._dynamo.reset()
         lin.zero_grad()
         torch.compile(f, backend=bk)(x).backward()
@@ -93,7 +93,7 @@ def test_double_backward_raises_clearly_as_without_backend():
     with pytest.raises(RuntimeError) as plain:
         run("aot_eager")
     with pytest.raises(RuntimeError) as ours:
-        run(backend(inner_compiler="eager", **LOOPBACK))
+        run(backend(**loopback(inner_compiler="eager")))
     assert "double backward" in str(ours.value) or str(plain.value)[:60] in str(ours.value)
 
 
@@ -101,7 +101,7 @@ def test_double_backward_raises_clearly_as_without_backend():
 def test_dropout_same_gradients_at_every_setting(min_bytes):
     torch.manual_seed(0)
     model, x = Dropout(), torch.randn(16, 32)
-    ref = train(model, (x,), backend(inner_compiler="eager", policy="none", **LOOPBACK))
+    ref = train(model, (x,), backend(**loopback(inner_compiler="eager", policy="none")))
     got = train(model, (x,), backend(inner_compiler="eager", devices=("cpu",),
                                      min_offload_bytes=min_bytes))
     assert_bitwise(ref, got)
@@ -112,7 +112,7 @@ def test_many_sequence_lengths_bounded_recompiles_and_pool():
 
     pool = host_pool()
     model = NormGeluMLP()
-    b = backend(inner_compiler="eager", **LOOPBACK)
+    b = backend(**loopback(inner_compiler="eager"))
     cnt = CompileCounterWithBackend(b)
     compiled = torch.compile(model, backend=cnt)
     lengths = list(range(4, 68, 3))

@@ -1,0 +1,186 @@
+"""The cost-model planner: from partitioned graphs to KEEP / OFFLOAD / RECOMPUTE.
+
+1. Gather, for every tensor the forward saves: bytes, producer position, last forward
+   use, first and last backward use, the cost to recompute it from what else is saved
+   (``costs.node_ms`` over its chain in the joint graph), and whether it may be
+   offloaded (``analyze_candidates``) or recomputed (no random op in the chain, no
+   ``MUST_SAVE`` tag, a short chain).
+2. Solve (``solver.solve``) for the budget.
+3. Realize recomputation the way SAC does under compile: tag the chain
+   ``CheckpointPolicy.MUST_RECOMPUTE`` in the joint graph and run the min-cut
+   partitioner again. Offload decisions carry over by name to the new partition.
+4. Simulate the final partition for the predictions and the schedule: where each
+   release goes (once its copy is done) and where each reload is issued.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import operator
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.fx as fx
+from torch.utils.checkpoint import CheckpointPolicy
+
+from passes import Candidate
+from passes.analyze_candidates import alias_closure, is_view_node, saved_values
+
+from .config import OffloadConfig
+from .costs import node_ms
+from .hardware import HardwareProfile
+from .simulator import KEEP, OFFLOAD, RECOMPUTE, Lanes, SimResult, SimTensor, simulate
+from .solver import Option, Solution, solve
+
+_MUST_OFFLOAD = tuple(
+    p for p in (getattr(CheckpointPolicy, "MUST_CPU_OFFLOAD", None),
+                getattr(CheckpointPolicy, "PREFER_CPU_OFFLOAD", None)) if p is not None
+)
+MAX_CHAIN = 64
+
+
+@dataclass
+class Facts:
+    """What the simulator needs about one partition, plus the maps back to FX."""
+
+    fw_nodes: list[fx.Node]
+    bw_nodes: list[fx.Node]
+    fw_ms: list[float]
+    bw_ms: list[float]
+    tensors: list[SimTensor]
+    options: dict[str, Option]
+    chains: dict[str, list[str]]
+    """Joint-graph node names to recompute for each tensor that may be recomputed."""
+
+
+def _is_random(node: fx.Node) -> bool:
+    tags = getattr(node.target, "tags", ())
+    return torch.Tag.nondeterministic_seeded in tags
+
+
+def _recompute_chain(joint: dict[str, fx.Node], name: str, saved: set[str]) -> tuple[list[fx.Node], str]:
+    """Joint nodes to recompute ``name`` from saved values and inputs, or a reason not to."""
+    root = joint.get(name)
+    if root is None or root.op != "call_function":
+        return [], "not an op of the joint graph"
+    chain, todo, seen = [], [root], {root}
+    while todo:
+        node = todo.pop()
+        if node.op == "placeholder" or (node is not root and node.name in saved):
+            continue
+        if node.op != "call_function":
+            return [], f"depends on {node.op} {node.name}"
+        if _is_random(node):
+            return [], f"random op {node.target} in its chain (its RNG state is not replayed)"
+        if node.meta.get("recompute") == CheckpointPolicy.MUST_SAVE:
+            return [], f"{node.name} is tagged MUST_SAVE"
+        chain.append(node)
+        if len(chain) > MAX_CHAIN:
+            return [], f"recompute chain longer than {MAX_CHAIN} ops"
+        for arg in node.all_input_nodes:
+            if arg not in seen:
+                seen.add(arg)
+                todo.append(arg)
+    return chain, ""
+
+
+def gather(fw_gm: fx.GraphModule, bw_gm: fx.GraphModule, num_fwd_outputs: int,
+           candidates: list[Candidate], joint_gm: fx.GraphModule | None,
+           hw: HardwareProfile) -> Facts:
+    fw_nodes = [n for n in fw_gm.graph.nodes if n.op == "call_function"]
+    bw_nodes = [n for n in bw_gm.graph.nodes if n.op == "call_function"]
+    fw_pos = {n: i for i, n in enumerate(fw_nodes)}
+    bw_pos = {n: i for i, n in enumerate(bw_nodes)}
+    fw_by_name = {n.name: n for n in fw_gm.graph.nodes}
+    bw_inputs = {p.name: p for p in bw_gm.graph.find_nodes(op="placeholder")}
+    joint = {n.name: n for n in joint_gm.graph.nodes} if joint_gm is not None else {}
+    saved = {n.name for n in saved_values(fw_gm, num_fwd_outputs)}
+    tensors, options, chains = [], {}, {}
+    for c in candidates:
+        node = fw_by_name[c.name]
+        placeholder = bw_inputs.get(c.name)
+        if node.op != "call_function" or placeholder is None or c.nbytes == 0:
+            continue  # inputs and parameters: not activation memory
+        users = [u for a in alias_closure(node) for u in a.users if u in fw_pos]
+        bw_users = [u for a in _bw_closure(placeholder) for u in a.users if u in bw_pos]
+        if not bw_users:
+            continue
+        chain, why_not = _recompute_chain(joint, c.name, saved) if joint else ([], "no joint graph")
+        tag = joint[c.name].meta.get("recompute") if c.name in joint else None
+        forced = None
+        if tag == CheckpointPolicy.MUST_SAVE:
+            forced = KEEP
+        elif tag in _MUST_OFFLOAD and c.eligible:
+            forced = OFFLOAD if tag == getattr(CheckpointPolicy, "MUST_CPU_OFFLOAD", None) else None
+        if tag == CheckpointPolicy.PREFER_SAVE and not why_not:
+            why_not = "tagged PREFER_SAVE"
+            chain = []
+        rc_ms = sum(node_ms(n, hw) for n in chain)
+        tensors.append(SimTensor(
+            name=c.name, nbytes=c.nbytes, produced=fw_pos[node],
+            last_fw_use=max([fw_pos[u] for u in users] + [fw_pos[node]]),
+            first_bw_use=min(bw_pos[u] for u in bw_users),
+            last_bw_use=max(bw_pos[u] for u in bw_users),
+            recompute_ms=rc_ms,
+        ))
+        options[c.name] = Option(
+            can_offload=c.eligible, can_recompute=bool(chain) and not why_not, forced=forced,
+            why_not_offload="" if c.eligible else c.reason, why_not_recompute=why_not,
+        )
+        chains[c.name] = [n.name for n in chain]
+    return Facts(fw_nodes, bw_nodes, [node_ms(n, hw) for n in fw_nodes],
+                 [node_ms(n, hw) for n in bw_nodes], tensors, options, chains)
+
+
+def _bw_closure(placeholder: fx.Node) -> list[fx.Node]:
+    out, todo = [], [placeholder]
+    while todo:
+        n = todo.pop()
+        out.append(n)
+        todo.extend(u for u in n.users if (is_view_node(u) or u.target is operator.getitem)
+                    and u.args and u.args[0] is n)
+    return out
+
+
+def lanes_of(hw: HardwareProfile) -> Lanes:
+    return Lanes(d2h_gbps=hw.d2h_gbps, h2d_gbps=hw.h2d_gbps)
+
+
+def resolve_budget(memory_budget: Any, baseline_peak: int) -> int | None:
+    """Bytes from a fraction of the baseline peak, a byte count, or ``None`` for auto."""
+    if memory_budget == "auto":
+        return None
+    if isinstance(memory_budget, float):
+        return int(memory_budget * baseline_peak)
+    return int(memory_budget)
+
+
+def solve_facts(facts: Facts, config: OffloadConfig, hw: HardwareProfile) -> Solution:
+    baseline = simulate(facts.fw_ms, facts.bw_ms, facts.tensors, lanes_of(hw))
+    budget = resolve_budget(config.memory_budget, baseline.peak_bytes)
+    return solve(
+        facts.fw_ms, facts.bw_ms, facts.tensors, facts.options, lanes_of(hw),
+        budget_bytes=budget, max_overhead=config.max_overhead,
+        host_cap_bytes=config.max_host_bytes,
+    )
+
+
+def tag_recompute(joint_gm: fx.GraphModule, chains: list[list[str]]) -> int:
+    """Tag every node of ``chains`` MUST_RECOMPUTE in the joint graph; returns the count."""
+    by_name = {n.name: n for n in joint_gm.graph.nodes}
+    count = 0
+    for chain in chains:
+        for name in chain:
+            by_name[name].meta["recompute"] = CheckpointPolicy.MUST_RECOMPUTE
+            count += 1
+    return count
+
+
+def final_simulation(facts: Facts, decisions: dict[str, str], hw: HardwareProfile) -> SimResult:
+    tensors = [dataclasses.replace(x, decision=decisions.get(x.name, KEEP)) for x in facts.tensors]
+    return simulate(facts.fw_ms, facts.bw_ms, tensors, lanes_of(hw), record=True)
+
+
+__all__ = ["Facts", "gather", "solve_facts", "tag_recompute", "final_simulation",
+           "resolve_budget", "OFFLOAD", "RECOMPUTE", "KEEP"]
