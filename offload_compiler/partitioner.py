@@ -108,7 +108,10 @@ class OffloadPartitioner(CustomPartitionerFn):
         final = planner.final_simulation(facts, decisions, hw)
         plan.predicted = predictions(solution, final, facts, hw)
         plan.simulation = final
-        plan.note = solution.note
+        budget = solution.budget_bytes
+        if budget is not None and final.peak_bytes > budget:
+            plan.note = (f"budget of {budget} bytes not reachable: best effort predicts "
+                         f"{final.peak_bytes} bytes")
         release_after = {name: facts.fw_nodes[i] for name, i in final.release_after.items()}
         issue_before = {name: facts.bw_nodes[k] for name, k in final.reload_before.items()}
         return fw_gm, bw_gm, plan, (release_after, issue_before)

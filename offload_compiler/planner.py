@@ -55,8 +55,18 @@ class Facts:
 
 
 def _is_random(node: fx.Node) -> bool:
+    """Draws random numbers. Attention ops are tagged random for their dropout; with
+    ``dropout_p == 0`` they are deterministic."""
     tags = getattr(node.target, "tags", ())
-    return torch.Tag.nondeterministic_seeded in tags
+    if torch.Tag.nondeterministic_seeded not in tags:
+        return False
+    schema = getattr(node.target, "_schema", None)
+    if schema is not None:
+        for i, arg in enumerate(schema.arguments):
+            if arg.name == "dropout_p":
+                value = node.args[i] if i < len(node.args) else node.kwargs.get("dropout_p", arg.default_value)
+                return not (isinstance(value, (int, float)) and value == 0)
+    return True
 
 
 def _recompute_chain(joint: dict[str, fx.Node], name: str, saved: set[str]) -> tuple[list[fx.Node], str]:

@@ -1,13 +1,13 @@
 """Solver: KEEP, OFFLOAD or RECOMPUTE per saved activation, under a memory budget.
 
 Pure function on plain lists (see :func:`solve`); the timeline simulator scores plans.
-Greedy, in three phases, each stopping once the predicted activation peak is within
+Greedy, in two phases, each stopping once the predicted activation peak is within
 the budget:
 
 1. offloads whose copy the simulator finds hidden behind compute (they cost nothing),
    earliest-produced first, since they have the most compute to hide behind;
-2. recomputations, cheapest per byte first;
-3. whatever remains, the cheaper of an exposed copy and a recomputation per byte.
+2. whatever remains, cheapest per byte first, by the cheaper of a recomputation and a
+   copy that may not hide (each tried in the simulator, the cheaper first).
 
 With ``budget_bytes=None`` (``"auto"``) the target is zero bytes, and a change is
 taken only while the predicted step stays within ``(1 + max_overhead)`` times the
@@ -99,13 +99,7 @@ def solve(
             break
         if free(x) and options[x.name].can_offload:
             try_change(x, OFFLOAD, min(limit_ms, current.step_ms + tol))
-    # Phase 2: recompute, cheapest per byte first.
-    for x in sorted(tensors, key=lambda x: (x.recompute_ms / max(x.nbytes, 1), x.name)):
-        if current.peak_bytes <= target:
-            break
-        if free(x) and options[x.name].can_recompute:
-            try_change(x, RECOMPUTE, limit_ms)
-    # Phase 3: the cheaper of an exposed copy and a recomputation, per byte.
+    # Phase 2: the cheaper of a recomputation and a (partly exposed) copy, per byte.
     def cost(x: SimTensor) -> float:
         copy = x.nbytes / (lanes.d2h_gbps * 1e9) * 1e3 + x.nbytes / (lanes.h2d_gbps * 1e9) * 1e3
         costs = [copy] if options[x.name].can_offload else []
@@ -118,14 +112,13 @@ def solve(
             break
         if not free(x):
             continue
+        copy_ms = x.nbytes / (lanes.d2h_gbps * 1e9) * 1e3 + x.nbytes / (lanes.h2d_gbps * 1e9) * 1e3
         choices = []
         if options[x.name].can_offload:
-            choices.append(OFFLOAD)
+            choices.append((copy_ms, OFFLOAD))
         if options[x.name].can_recompute:
-            choices.append(RECOMPUTE)
-        choices.sort(key=lambda c: x.recompute_ms if c == RECOMPUTE else
-                     x.nbytes / (lanes.d2h_gbps * 1e9) * 1e3)
-        for choice in choices:
+            choices.append((x.recompute_ms, RECOMPUTE))
+        for _, choice in sorted(choices):
             if try_change(x, choice, limit_ms):
                 break
 

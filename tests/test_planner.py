@@ -1,0 +1,152 @@
+"""The cost-model planner on real graphs (CPU loopback, fixed CPU hardware profile)."""
+
+import functools
+
+import pytest
+import torch
+from torch.utils.checkpoint import CheckpointPolicy, checkpoint, create_selective_checkpoint_contexts
+
+from gpt import GPT, make_batch, preset
+from helpers import assert_bitwise, assert_close, backend, counts, loopback, train
+from models import Dropout
+
+aten = torch.ops.aten
+
+
+def _gpt(dropout=0.0):
+    torch.manual_seed(0)
+    cfg = preset("tiny", n_layers=2, dropout=dropout)
+    return GPT(cfg), make_batch(cfg)
+
+
+def _cost_model(**options):
+    return backend(**loopback(**{"policy": "cost_model", "inner_compiler": "eager", **options}))
+
+
+def _plan(model, inputs, **options):
+    b = _cost_model(**options)
+    torch.compile(model, backend=b)(*inputs).backward()
+    (plan,) = b.plans
+    return plan
+
+
+@pytest.mark.parametrize("budget", [1.0, 0.5, 0.2])
+def test_predicted_peak_within_budget(budget):
+    model, inputs = _gpt()
+    plan = _plan(model, inputs, memory_budget=budget)
+    p = plan.predicted
+    assert p["budget_bytes"] == int(budget * p["baseline_activation_peak_bytes"])
+    assert p["activation_peak_bytes"] <= p["budget_bytes"], plan.summary()
+    assert all(d.reason for d in plan.decisions)
+
+
+def test_tight_budget_uses_all_three_decisions():
+    model, inputs = _gpt()
+    plan = _plan(model, inputs, memory_budget=0.2)
+    kinds = {d.decision.value for d in plan.decisions}
+    assert kinds == {"keep", "offload", "recompute"}, plan.summary()
+    for d in plan.decisions:
+        assert d.reason.startswith(d.decision.value + ":"), (d.decision, d.reason)
+
+
+def test_budget_one_changes_nothing():
+    model, inputs = _gpt()
+    plan = _plan(model, inputs, memory_budget=1.0)
+    ref = _plan(model, inputs, policy="none")
+    assert counts(plan.fw_graph) == {"d2h": 0, "release": 0, "h2d": 0, "wait": 0}
+    assert plan.fw_graph.code == ref.fw_graph.code
+    assert plan.bw_graph.code == ref.bw_graph.code
+
+
+def test_byte_budget_and_auto():
+    model, inputs = _gpt()
+    auto = _plan(model, inputs)  # memory_budget="auto"
+    p = auto.predicted
+    assert p["step_ms"] <= p["baseline_step_ms"] * 1.03 + 1e-9
+    assert p["activation_peak_bytes"] < p["baseline_activation_peak_bytes"]
+    torch._dynamo.reset()
+    nbytes = int(p["baseline_activation_peak_bytes"] * 0.6)
+    plan = _plan(model, inputs, memory_budget=nbytes)
+    assert plan.predicted["budget_bytes"] == nbytes
+    assert plan.predicted["activation_peak_bytes"] <= nbytes
+
+
+def test_impossible_budget_is_best_effort_and_said():
+    model, inputs = _gpt()
+    plan = _plan(model, inputs, memory_budget=1)  # one byte
+    assert "not reachable" in plan.note and "not reachable" in plan.summary()
+
+
+@pytest.mark.parametrize("budget", [0.5, 0.2, "auto"])
+def test_dropout_gradients_bitwise_at_every_budget(budget):
+    model, inputs = _gpt(dropout=0.2)
+    ref = train(model, inputs, backend(**loopback(inner_compiler="eager", policy="none")))
+    got = train(model, inputs, _cost_model(memory_budget=budget))
+    assert_bitwise(ref, got)
+
+
+def test_dropout_never_recomputed():
+    torch.manual_seed(0)
+    model, x = Dropout(), torch.randn(64, 32)
+    plan = _plan(model, (x,), memory_budget=0.05)
+    for d in plan.decisions:
+        if d.decision.value == "recompute":
+            assert "dropout" not in d.producer
+    reasons = " ".join(d.reason for d in plan.decisions)
+    assert "random op" in reasons
+
+
+def test_inductor_gradients_within_tolerance_at_tight_budget():
+    model, inputs = _gpt()
+    ref = train(model, inputs, backend(**loopback(policy="none")))
+    b = backend(**loopback(policy="cost_model", memory_budget=0.2))
+    got = train(model, inputs, b)
+    assert b.plans[0].offloaded and b.plans[0].recomputed
+    assert_close(ref, got, rtol=1e-5, atol=1e-6)
+
+
+class SACBlock(torch.nn.Module):
+    """An MLP under selective activation checkpointing with a user policy."""
+
+    def __init__(self, policy):
+        super().__init__()
+        self.fc1 = torch.nn.Linear(32, 128)
+        self.fc2 = torch.nn.Linear(128, 32)
+        self.policy = policy
+
+    def _inner(self, x):
+        return self.fc2(torch.relu(self.fc1(x)).sin())
+
+    def forward(self, x):
+        ctx = functools.partial(create_selective_checkpoint_contexts, self.policy)
+        return checkpoint(self._inner, x, use_reentrant=False, context_fn=ctx).square().mean()
+
+
+def _policy(tag_for_mm):
+    def policy(ctx, op, *args, **kwargs):
+        if op in (aten.mm.default, aten.addmm.default):
+            return tag_for_mm
+        return CheckpointPolicy.PREFER_RECOMPUTE
+    return policy
+
+
+def test_user_must_save_tags_are_honoured():
+    torch.manual_seed(0)
+    model, x = SACBlock(_policy(CheckpointPolicy.MUST_SAVE)), torch.randn(64, 32)
+    plan = _plan(model, (x,), memory_budget=0.01)
+    addmm = [d for d in plan.decisions if d.producer.startswith("aten.addmm")]
+    assert addmm
+    for d in addmm:
+        assert d.decision.value == "keep" and "checkpoint tag" in d.reason
+    assert any(d.decision.value != "keep" for d in plan.decisions)  # the budget moved others
+
+
+def test_user_must_cpu_offload_tags_are_honoured():
+    torch.manual_seed(0)
+    model, x = SACBlock(_policy(CheckpointPolicy.MUST_CPU_OFFLOAD)), torch.randn(64, 32)
+    plan = _plan(model, (x,), memory_budget=1.0)  # the budget alone would change nothing
+    addmm = [d for d in plan.decisions if d.producer.startswith("aten.addmm")]
+    assert addmm and all(d.decision.value == "offload" for d in addmm)
+    ref = train(model, (x,), backend(**loopback(inner_compiler="eager", policy="none")))
+    got = train(model, (x,), _cost_model(memory_budget=1.0))
+    assert_bitwise(ref, got)
