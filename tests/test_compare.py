@@ -1,0 +1,37 @@
+"""Smoke test of the comparison harness on a tiny GPT on CPU."""
+
+import json
+
+from offload_compiler import compare
+
+
+def test_compare_smoke_writes_table_json_and_plot(tmp_path):
+    rows = compare.compare(preset="tiny", device="cpu", steps=1, warmup=0, budgets=(0.5,),
+                           out=tmp_path)
+    names = [r.strategy for r in rows]
+    assert names == ["eager", "inductor", "full_ac", "sac", "budget:0.5", "torch_offload",
+                     "offload:auto", "offload:0.5"]
+    for r in rows:
+        assert r.status in ("ok", "unsupported"), (r.strategy, r.status, r.note)
+        if r.status == "ok":
+            assert r.agrees == "yes", (r.strategy, r.loss, r.grad_norm)
+            assert r.step_ms > 0 and r.tokens_per_s > 0
+    data = json.loads((tmp_path / "compare.json").read_text())
+    assert [r["strategy"] for r in data["rows"]] == names and data["pareto"]
+    svg = (tmp_path / "compare.svg").read_text()
+    assert svg.startswith("<svg") and "offload:auto" in svg
+    text = (tmp_path / "compare.txt").read_text()
+    assert "Pareto" in text and "sac" in text
+
+
+def test_failures_are_rows_not_crashes():
+    rows = compare.compare(preset="tiny", device="cpu", steps=1, warmup=0,
+                           strategies=["eager", "inductor"], model="no_such_module:make")
+    assert all(r.status == "failed" and "no_such_module" in r.note for r in rows)
+
+
+def test_unknown_strategy_is_refused():
+    import pytest
+
+    with pytest.raises(ValueError, match="valid strategies"):
+        compare.compare(strategies=["magic"])
