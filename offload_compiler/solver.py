@@ -5,7 +5,8 @@ Greedy, in two phases, each stopping once the predicted activation peak is withi
 the budget:
 
 1. offloads whose copy the simulator finds hidden behind compute (they cost nothing),
-   earliest-produced first, since they have the most compute to hide behind;
+   those dearest to recompute per byte first: the copy engine's time in forward is
+   scarce, and cheap pointwise results are better recomputed;
 2. whatever remains, cheapest per byte first, by the cheaper of a recomputation and a
    copy that may not hide (each tried in the simulator, the cheaper first).
 
@@ -93,8 +94,14 @@ def solve(
             host += x.nbytes
         return True
 
-    # Phase 1: hidden offloads, earliest-produced first.
-    for x in sorted(tensors, key=lambda x: (x.produced, x.name)):
+    # Phase 1: hidden offloads; the copy engine's time is scarce, so tensors dearest to
+    # recompute go first (matmul and attention outputs), earlier-produced on ties.
+    def recompute_per_byte(x: SimTensor) -> float:
+        if not options[x.name].can_recompute:
+            return float("inf")
+        return x.recompute_ms / max(x.nbytes, 1)
+
+    for x in sorted(tensors, key=lambda x: (-recompute_per_byte(x), x.produced, x.name)):
         if current.peak_bytes <= target:
             break
         if free(x) and options[x.name].can_offload:

@@ -301,3 +301,24 @@ def test_tensors_on_second_gpu_while_current_device_is_zero():
     for a, b in zip(run("none"), got):
         assert torch.equal(a, b)
     assert torch.cuda.current_device() == 0
+
+
+def test_calibration_measures_real_kernels_even_under_fake_mode():
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from offload_compiler.hardware import _plausible, calibrate
+
+    with FakeTensorMode():  # as inside the partitioner
+        profile = calibrate(torch.device("cuda"))
+    print(profile)
+    assert _plausible(profile) and profile.name != "h100-design"
+    assert 5 < profile.d2h_gbps < 200 and 5 < profile.h2d_gbps < 200
+
+
+def test_cost_model_parity_and_memory_at_budgets():
+    model = _model(dropout=0.1)
+    ref = _steps(model, _eager("none"), 3)
+    for budget in (0.5, "auto"):
+        b = backend(inner_compiler="eager", policy="cost_model", memory_budget=budget)
+        assert_bitwise(ref, _steps(model, b, 3))
+        print(budget, b.plans[0].summary())
