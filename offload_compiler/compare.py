@@ -290,14 +290,14 @@ def compare(*, preset: str | None = "tiny", model: str | None = None, device: st
     for name in strategies_for(strategies, list(budgets)):
         spec = dict(strategy=name, preset=preset, model=model, device=device, dtype=dtype,
                     steps=steps, warmup=warmup, blocks=blocks)
-        rows.append(_run_in_subprocess(spec, timeout_s))
+        rows.append(_run_in_subprocess(spec, timeout_s, Path(out) if out is not None else None))
     _flag_disagreements(rows, dtype)
     if out is not None:
         write_outputs(rows, Path(out), spec)
     return rows
 
 
-def _run_in_subprocess(spec: dict[str, Any], timeout_s: float) -> Row:
+def _run_in_subprocess(spec: dict[str, Any], timeout_s: float, out: Path | None = None) -> Row:
     cmd = [sys.executable, "-m", "offload_compiler.compare", "--worker", json.dumps(spec)]
     env = dict(os.environ)
     root = str(Path(__file__).resolve().parents[1])
@@ -306,6 +306,10 @@ def _run_in_subprocess(spec: dict[str, Any], timeout_s: float) -> Row:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, env=env)
     except subprocess.TimeoutExpired:
         return Row(strategy=spec["strategy"], status="timeout", note=f"over {timeout_s:.0f} s")
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        safe = spec["strategy"].replace(":", "_")
+        (out / f"{safe}.log").write_text(proc.stderr[-200_000:])
     for line in reversed(proc.stdout.splitlines()):
         if line.startswith("{\"strategy\""):
             return Row(**json.loads(line))

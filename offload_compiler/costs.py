@@ -1,10 +1,11 @@
 """Node costs: estimated milliseconds for each node of an FX graph.
 
-A roofline per node: the larger of FLOPs over the matmul rate (FLOPs from
-``torch.utils.flop_counter``'s formulas) and bytes read and written over the memory
-bandwidth, plus a fixed launch cost. Views, ``getitem`` and the transfer ops cost
-nothing. Inductor fuses pointwise chains, so this overestimates them; matmuls and
-attention, which decide what is worth recomputing, are estimated well.
+A roofline per node. Extern kernels (matmul, attention: FLOPs from
+``torch.utils.flop_counter``'s formulas) cost the larger of FLOPs over the matmul rate
+and bytes over the memory bandwidth. Other ops are assumed fused by Inductor into
+their neighbours: they cost only the bytes they read from or write to materialized
+buffers (graph inputs, extern results, values an extern kernel or the output reads).
+Views, ``getitem`` and the transfer ops cost nothing.
 """
 
 from __future__ import annotations
@@ -59,17 +60,60 @@ def _dtype(node: fx.Node) -> torch.dtype:
     return val.dtype if isinstance(val, torch.Tensor) else torch.float32
 
 
+def _free(node: fx.Node) -> bool:
+    return (node.op != "call_function" or node.target is operator.getitem
+            or node.target in ops.TRANSFER_OPS or is_view_node(node))
+
+
+def _extern(node: fx.Node) -> bool:
+    """A kernel of its own (matmul, attention, convolution): what Inductor does not fuse."""
+    return node.op == "call_function" and not _free(node) and node_flops(node) > 0
+
+
+def _materialized(node: fx.Node) -> bool:
+    """Whether Inductor likely writes ``node`` to memory: a graph input, an extern
+    kernel's result, or a value an extern kernel or the graph output reads."""
+    if node.op == "placeholder" or _extern(node):
+        return True
+    todo, seen = list(node.users), set()
+    while todo:  # look through views and getitems
+        u = todo.pop()
+        if u in seen:
+            continue
+        seen.add(u)
+        if u.op == "output" or _extern(u):
+            return True
+        if _free(u):
+            todo.extend(u.users)
+    return False
+
+
 def node_ms(node: fx.Node, hw: HardwareProfile) -> float:
-    """Estimated run time of ``node`` in milliseconds."""
-    if node.op != "call_function" or node.target is operator.getitem:
-        return 0.0
-    if node.target in ops.TRANSFER_OPS or is_view_node(node):
+    """Estimated run time of ``node`` in milliseconds.
+
+    Extern kernels (FLOPs counted) cost the larger of compute and memory time. Other
+    ops are assumed fused by Inductor: they cost only the bytes they read from and
+    write to memory that is really materialized.
+    """
+    if _free(node):
         return 0.0
     flops = node_flops(node)
-    nbytes = _tensor_bytes(_vals(node.args)) + _tensor_bytes(node.meta.get("val"))
-    compute_s = flops / hw.matmul_rate(_dtype(node)) if flops else 0.0
-    memory_s = nbytes / (hw.memory_gbps * 1e9)
-    return max(compute_s, memory_s) * 1e3 + hw.launch_us / 1e3
+    out = node.meta.get("val")
+    if flops:
+        nbytes = _tensor_bytes(_vals(node.args)) + _tensor_bytes(out)
+        return max(flops / hw.matmul_rate(_dtype(node)), nbytes / (hw.memory_gbps * 1e9)) * 1e3 \
+            + hw.launch_us / 1e3
+    reads = sum(_tensor_bytes(a.meta.get("val")) for a in node.all_input_nodes
+                if _materialized(_storage_owner(a)))
+    writes = _tensor_bytes(out) if _materialized(node) else 0
+    launch = hw.launch_us / 1e3 if writes else 0.0
+    return (reads + writes) / (hw.memory_gbps * 1e9) * 1e3 + launch
+
+
+def _storage_owner(node: fx.Node) -> fx.Node:
+    while _free(node) and node.op == "call_function" and node.all_input_nodes:
+        node = node.all_input_nodes[0]
+    return node
 
 
 def graph_ms(nodes: list[fx.Node], hw: HardwareProfile) -> list[float]:
