@@ -7,7 +7,8 @@ Strategies: ``eager``; ``inductor``; ``full_ac`` (Inductor, every repeated block
 ``torch.utils.checkpoint``); ``sac`` (Inductor, selective checkpointing saving matmul and
 attention outputs, as torchtitan's op-level policy); ``budget:B`` (Inductor with
 ``torch._functorch.config.activation_memory_budget = B``); ``torch_offload`` (PyTorch's own
-activation offloading, where the installed torch has it); ``offload:auto`` and
+activation offloading, where the installed torch has it, applied to the SAC policy's
+saved tensors by tagging them ``MUST_CPU_OFFLOAD``); ``offload:auto`` and
 ``offload:B`` (this backend). Each runs in its own process, so a failure or an
 out-of-memory ends only its row.
 
@@ -97,9 +98,11 @@ def find_blocks(model, path: str | None):
     return max(lists, key=len)
 
 
-def _sac_policy():
+def _sac_policy(tag_saved=None):
     import torch
     from torch.utils.checkpoint import CheckpointPolicy
+
+    tag_saved = tag_saved or CheckpointPolicy.MUST_SAVE
 
     aten = torch.ops.aten
     save = {aten.mm.default, aten.addmm.default, aten.bmm.default}
@@ -109,21 +112,24 @@ def _sac_policy():
             save.add(getattr(aten, name).default)
 
     def policy(ctx, op, *args, **kwargs):
-        return CheckpointPolicy.MUST_SAVE if op in save else CheckpointPolicy.PREFER_RECOMPUTE
+        return tag_saved if op in save else CheckpointPolicy.PREFER_RECOMPUTE
 
     return policy
 
 
 def wrap_blocks(blocks, mode: str) -> None:
-    """Put every block's forward under checkpointing: ``full`` or ``sac``."""
-    from torch.utils.checkpoint import checkpoint, create_selective_checkpoint_contexts
+    """Put every block's forward under checkpointing: ``full``, ``sac``, or ``offload``
+    (SAC whose saved matmul and attention outputs are tagged ``MUST_CPU_OFFLOAD``, which
+    PyTorch's own activation offloading acts on)."""
+    from torch.utils.checkpoint import CheckpointPolicy, create_selective_checkpoint_contexts
 
     for block in blocks:
         inner = block.forward
         if mode == "full":
             block.forward = functools.partial(_ckpt, inner, None)
         else:
-            ctx = functools.partial(create_selective_checkpoint_contexts, _sac_policy())
+            tag = CheckpointPolicy.MUST_CPU_OFFLOAD if mode == "offload" else CheckpointPolicy.MUST_SAVE
+            ctx = functools.partial(create_selective_checkpoint_contexts, _sac_policy(tag))
             block.forward = functools.partial(_ckpt, inner, ctx)
 
 
@@ -227,6 +233,8 @@ def _prepare(name: str, model, spec: dict[str, Any], row: Row):
             row.note = f"torch {torch.__version__} has no activation offloading"
             return None, patches
         patches["enable_activation_offloading"] = True
+        row.note = "SAC with matmul and attention outputs tagged MUST_CPU_OFFLOAD"
+        wrap_blocks(find_blocks(model, spec.get("blocks")), "offload")
         return torch.compile(model), patches
     if name.startswith("offload:"):
         import offload_compiler
