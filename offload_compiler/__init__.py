@@ -8,6 +8,7 @@ also registers it through the ``torch_dynamo_backends`` entry point).
 
 from .backend import OffloadBackend, make_backend, offload_backend, register
 from .config import OffloadConfig
+from .explain import Report, explain
 from .inspect import graph_text
 from .plan import Decision, DecisionRecord, GraphPlan
 from .runtime import host_pool
@@ -20,6 +21,8 @@ __all__ = [
     "GraphPlan",
     "OffloadBackend",
     "OffloadConfig",
+    "Report",
+    "explain",
     "graph_text",
     "host_pool",
     "make_backend",

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import os
 from dataclasses import dataclass
 from typing import Any, Literal, Mapping, get_args
 
@@ -76,6 +77,12 @@ class OffloadConfig:
     """Overrides of the measured hardware profile, e.g. ``{"d2h_gbps": 25.0}``; keys are
     the fields of ``offload_compiler.hardware.HardwareProfile``."""
 
+    dump_dir: str | None = None
+    """Folder to write, per compiled graph, the graphs after each pass, the plan (JSON
+    and table), the config, a summary, a Chrome trace of the simulated schedule and a
+    memory plot. ``None`` (default) reads ``$OFFLOAD_COMPILER_DUMP_DIR``; unset, nothing
+    is written."""
+
     prefetch_depth: int = 1
     """How many reloads run ahead in backward: the reload of the k-th offloaded tensor
     (in order of first use in backward) is issued once the (k - depth)-th is consumed.
@@ -112,6 +119,10 @@ class OffloadConfig:
         _check_int("max_host_bytes", self.max_host_bytes, allow_none=True)
         _check_int("prefetch_depth", self.prefetch_depth, allow_none=False)
         _check_budget(self.memory_budget)
+        if self.dump_dir is not None and not isinstance(self.dump_dir, (str, os.PathLike)):
+            raise ValueError(f"dump_dir={self.dump_dir!r} is not valid; give a folder path or None")
+        if self.dump_dir is not None:
+            object.__setattr__(self, "dump_dir", os.fspath(self.dump_dir))
         if isinstance(self.max_overhead, bool) or not isinstance(self.max_overhead, (int, float)) \
                 or self.max_overhead < 0:
             raise ValueError(f"max_overhead={self.max_overhead!r} is not valid; it must be a "

@@ -27,7 +27,9 @@ from passes import (
 )
 
 from . import planner
+from . import report
 from .config import OffloadConfig
+from .dump import Dumper, dump_root
 from .hardware import profile_for
 from .plan import GraphPlan, choose, decide_from_solution, offloads_of, predictions
 
@@ -58,7 +60,10 @@ class OffloadPartitioner(CustomPartitionerFn):
         kwargs.setdefault("compiler", "inductor")
         num_fwd_outputs = kwargs["num_fwd_outputs"]
         graph_id = next(_graph_ids)
+        dumper = self.dumper = Dumper(dump_root(self.config.dump_dir))
+        dumper.joint(gm)
         fw_gm, bw_gm = min_cut_rematerialization_partition(gm, joint_inputs, **kwargs)
+        dumper.stage("partitioned", fw_gm, bw_gm)
         candidates = self._analyze(fw_gm, bw_gm, num_fwd_outputs)
         off_device = not any(c.device.split(":")[0] in self.config.devices for c in candidates)
         if self.config.policy == "cost_model" and not off_device:
@@ -66,8 +71,11 @@ class OffloadPartitioner(CustomPartitionerFn):
                 gm, joint_inputs, kwargs, fw_gm, bw_gm, candidates, graph_id)
         else:
             plan, schedule = choose(candidates, self.config, graph_id), None
+            if not off_device:
+                self._predict(fw_gm, bw_gm, num_fwd_outputs, candidates, plan)
         plan.off_device = off_device
         insert_transfers(fw_gm, bw_gm, num_fwd_outputs, offloads_of(plan))
+        dumper.stage("transfers", fw_gm, bw_gm)
         if schedule is not None:
             release_after, issue_before = schedule
             schedule_releases(fw_gm, release_after)
@@ -76,6 +84,10 @@ class OffloadPartitioner(CustomPartitionerFn):
             schedule_prefetches(bw_gm, self.config.prefetch_depth)
         annotate_streams(fw_gm, bw_gm)
         plan.fw_graph, plan.bw_graph = fw_gm, bw_gm
+        dumper.stage("scheduled", fw_gm, bw_gm)
+        dumper.plan(plan, self.config)
+        plan.dump_folder = str(dumper.folder) if dumper.enabled else None
+        _trace_artifact(plan, self.config)
         log.info("offload: %s", plan.summary())
         for d in plan.decisions:
             log.debug("offload: graph %d: %s %s (%d bytes): %s",
@@ -83,6 +95,19 @@ class OffloadPartitioner(CustomPartitionerFn):
         if self.on_plan is not None:
             self.on_plan(plan)
         return fw_gm, bw_gm
+
+    def _hardware(self, candidates):
+        return profile_for(_device_of(candidates, self.config.devices),
+                           dict(self.config.hardware or ()))
+
+    def _predict(self, fw_gm, bw_gm, num_fwd_outputs, candidates, plan) -> None:
+        """Simulate a policy's decisions, for the predictions and the timeline."""
+        hw = self._hardware(candidates)
+        facts = planner.gather(fw_gm, bw_gm, num_fwd_outputs, candidates, None, hw)
+        decisions = {d.name: d.decision.value for d in plan.decisions}
+        plan.simulation = planner.final_simulation(facts, decisions, hw)
+        plan.baseline_simulation = planner.final_simulation(facts, {}, hw)
+        plan.predicted = predictions(plan.baseline_simulation, plan.simulation)
 
     def _analyze(self, fw_gm, bw_gm, num_fwd_outputs):
         return analyze_candidates(
@@ -92,22 +117,23 @@ class OffloadPartitioner(CustomPartitionerFn):
 
     def _plan_cost_model(self, joint_gm, joint_inputs, kwargs, fw_gm, bw_gm, candidates, graph_id):
         num_fwd_outputs = kwargs["num_fwd_outputs"]
-        hw = profile_for(_device_of(candidates, self.config.devices),
-                         dict(self.config.hardware or ()))
+        hw = self._hardware(candidates)
         facts = planner.gather(fw_gm, bw_gm, num_fwd_outputs, candidates, joint_gm, hw)
+        baseline = planner.final_simulation(facts, {}, hw)
         solution = planner.solve_facts(facts, self.config, hw)
         earlier = {c.name: c for c in candidates}
         recompute = [n for n, d in solution.decisions.items() if d == planner.RECOMPUTE]
         if recompute:
             planner.tag_recompute(joint_gm, [facts.chains[n] for n in recompute])
             fw_gm, bw_gm = min_cut_rematerialization_partition(joint_gm, joint_inputs, **kwargs)
+            self.dumper.stage("recomputed", fw_gm, bw_gm)
             candidates = self._analyze(fw_gm, bw_gm, num_fwd_outputs)
             facts = planner.gather(fw_gm, bw_gm, num_fwd_outputs, candidates, None, hw)
         plan = decide_from_solution(candidates, solution, graph_id, earlier)
         decisions = {d.name: d.decision.value for d in plan.decisions}
         final = planner.final_simulation(facts, decisions, hw)
-        plan.predicted = predictions(solution, final, facts, hw)
-        plan.simulation = final
+        plan.predicted = predictions(baseline, final, solution.budget_bytes)
+        plan.simulation, plan.baseline_simulation = final, baseline
         budget = solution.budget_bytes
         if budget is not None and final.peak_bytes > budget:
             plan.note = (f"budget of {budget} bytes not reachable: best effort predicts "
@@ -127,3 +153,16 @@ def _device_of(candidates, devices: tuple[str, ...]) -> str:
         if c.device.split(":")[0] in devices:
             return c.device
     return "cpu"
+
+
+def _trace_artifact(plan: GraphPlan, config: OffloadConfig) -> None:
+    """The plan as a structured trace artifact, for TORCH_TRACE / tlparse users."""
+    try:
+        from torch._logging import trace_structured
+    except ImportError:  # pragma: no cover
+        return
+    trace_structured(
+        "artifact",
+        metadata_fn=lambda: {"name": f"offload_plan_graph_{plan.graph_id}", "encoding": "json"},
+        payload_fn=lambda: report.to_json(report.plan_dict(plan, config)),
+    )

@@ -54,8 +54,12 @@ class GraphPlan:
     ``peak_bytes``, ``step_ms``, ``baseline_step_ms`` (``policy="cost_model"`` only)."""
     simulation: Any = field(default=None, repr=False)
     """The simulated timeline of the final plan (``simulator.SimResult``)."""
+    baseline_simulation: Any = field(default=None, repr=False)
+    """The simulated timeline with nothing moved (same partition as the plan's start)."""
     note: str = ""
     """Anything the planner wants said: a budget it could not meet, for example."""
+    dump_folder: str | None = None
+    """Where this graph's dump was written, if dumping was on."""
     off_device: bool = False
     """No saved tensor is on an offload device: the graph passed through unchanged."""
 
@@ -172,14 +176,19 @@ def _record(c: Candidate, decision: Decision, reason: str) -> DecisionRecord:
     )
 
 
-def predictions(solution, final, facts, hw) -> dict[str, float]:
+def predictions(baseline, final, budget_bytes: int | None = None) -> dict[str, float]:
+    """The planner's predictions for a plan (``final``) against nothing moved (``baseline``).
+
+    ``peak_bytes`` is the predicted activation peak: the part of device memory the plan
+    changes (parameters, gradients and temporaries are not modelled).
+    """
     return {
         "activation_peak_bytes": final.peak_bytes,
-        "baseline_activation_peak_bytes": solution.baseline.peak_bytes,
+        "baseline_activation_peak_bytes": baseline.peak_bytes,
         "peak_bytes": final.peak_bytes,
         "peak_time_ms": final.peak_time_ms,
         "step_ms": final.step_ms,
-        "baseline_step_ms": solution.baseline.step_ms,
+        "baseline_step_ms": baseline.step_ms,
         "stall_ms": final.stall_ms,
-        "budget_bytes": -1 if solution.budget_bytes is None else solution.budget_bytes,
+        "budget_bytes": -1 if budget_bytes is None else budget_bytes,
     }

@@ -141,22 +141,27 @@ def solve(
                     {x.name: x.nbytes for x in tensors})
 
 
+def _ms(x: float) -> str:
+    """Milliseconds, or microseconds below 0.1 ms."""
+    return f"{x:.2f} ms" if x >= 0.1 else f"{x * 1e3:.1f} us"
+
+
 def _reason(x: SimTensor, choice: str, opt: Option, result: SimResult, lanes: Lanes, met: bool) -> str:
     copy = x.nbytes / (lanes.d2h_gbps * 1e9) * 1e3
-    rc = f"{x.recompute_ms:.2f} ms" if opt.can_recompute else f"not possible ({opt.why_not_recompute})"
+    rc = _ms(x.recompute_ms) if opt.can_recompute else f"not possible ({opt.why_not_recompute})"
     if opt.forced:
         return f"{choice}: required by the model's checkpoint tag"
     if choice == OFFLOAD:
         hidden = result.hidden_ms.get(x.name, 0.0)
-        return (f"offload: {copy:.2f} ms of copy, {min(hidden, copy):.2f} ms of it hidden behind "
+        return (f"offload: {_ms(copy)} of copy, {_ms(min(hidden, copy))} of it hidden behind "
                 f"compute; recompute would cost {rc}")
     if choice == RECOMPUTE:
-        off = f"{copy:.2f} ms each way" if opt.can_offload else f"not possible ({opt.why_not_offload})"
-        return f"recompute: {x.recompute_ms:.2f} ms in backward; offload would copy {off}"
+        off = f"{_ms(copy)} each way" if opt.can_offload else f"not possible ({opt.why_not_offload})"
+        return f"recompute: {_ms(x.recompute_ms)} in backward; offload would copy {off}"
     if not opt.can_offload and not opt.can_recompute:
         return (f"keep: cannot be offloaded ({opt.why_not_offload}) nor recomputed "
                 f"({opt.why_not_recompute})")
     if met:
         return "keep: the budget is met without moving it"
-    return (f"keep: moving it would exceed the allowed overhead (offload {copy:.2f} ms each way"
+    return (f"keep: moving it would exceed the allowed overhead (offload {_ms(copy)} each way"
             f"{'' if opt.can_offload else ' not possible: ' + opt.why_not_offload}; recompute {rc})")
