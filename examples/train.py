@@ -33,7 +33,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--dtype", default=None, choices=sorted(DTYPES),
                    help="parameter dtype (default float32 on CPU, bfloat16 on CUDA)")
     p.add_argument("--steps", type=int, default=5)
-    p.add_argument("--policy", default="all", choices=["all", "none"])
+    p.add_argument("--policy", default="cost_model", choices=["cost_model", "all", "none"])
+    p.add_argument("--memory-budget", default="auto",
+                   help='"auto", a fraction in (0, 1] of the activation peak, or a byte count')
     p.add_argument("--inner-compiler", default="inductor", choices=["inductor", "eager"])
     p.add_argument("--min-offload-bytes", type=int, default=None,
                    help="smaller activations stay put (default: the backend's 1 MiB on "
@@ -56,8 +58,10 @@ def main(argv: list[str] | None = None) -> dict:
     model = GPT(cfg).to(device=device, dtype=dtype)
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, foreach=True)
 
+    budget = args.memory_budget
+    budget = budget if budget == "auto" else (float(budget) if "." in budget else int(budget))
     options = {"policy": args.policy, "inner_compiler": args.inner_compiler,
-               "devices": (device.type,)}
+               "devices": (device.type,), "memory_budget": budget}
     if args.min_offload_bytes is not None:
         options["min_offload_bytes"] = args.min_offload_bytes
     elif device.type == "cpu":
@@ -84,6 +88,11 @@ def main(argv: list[str] | None = None) -> dict:
     offloaded = sum(p.offloaded_bytes for p in backend.plans)
     steady = times[1:] or times
     result = {"losses": losses, "step_ms": statistics.median(steady), "offloaded_bytes": offloaded}
+    for plan in backend.plans:
+        print(plan.summary())
+    if not backend.plans and args.policy != "none":
+        print("no plan recorded: the graphs came from Inductor's cache, so the partitioner did "
+              "not run (set TORCHINDUCTOR_FORCE_DISABLE_CACHES=1 to plan afresh)")
     print(f"offloaded {offloaded / 2**20:.1f} MiB per step in {len(backend.plans)} graph(s); "
           f"median step {result['step_ms']:.1f} ms (first step, with compilation, excluded)")
     if device.type == "cuda":
