@@ -23,10 +23,12 @@ from dataclasses import dataclass
 
 import torch
 import torch.fx as fx
+from torch.utils.flop_counter import flop_registry
 
 from offload_compiler.runtime import ops
 
 from .analyze_candidates import alias_closure, is_dense
+from .transfer_meta import transfer_meta
 from .transfer_meta import META_KEY, TransferMeta
 
 
@@ -45,6 +47,37 @@ def _fake(op, *args):
     fake_mode = next(v.fake_mode for v in vals if isinstance(v, torch.Tensor))
     with fake_mode:
         return op(*vals)
+
+
+def _is_tensor_op(node: fx.Node) -> bool:
+    return (node.op == "call_function" and transfer_meta(node) is None
+            and node.target not in ops.TRANSFER_OPS
+            and isinstance(node.meta.get("val"), torch.Tensor))
+
+
+def _is_extern(node: fx.Node) -> bool:
+    packet = getattr(node.target, "overloadpacket", None)
+    return packet is not None and packet in flop_registry
+
+
+def anchor_before(node: fx.Node, floor: fx.Node | None = None) -> fx.Node | None:
+    """The tensor a ``release`` placed after ``node`` takes as its anchor.
+
+    Preferably the nearest extern kernel's result (a matmul: materialized anyway, so
+    the anchor changes no fusion) at or before ``node`` and not before ``floor``;
+    otherwise the nearest computed tensor.
+    """
+    nearest = None
+    cur = node
+    while cur is not None and cur.op != "root":
+        if _is_tensor_op(cur):
+            nearest = nearest or cur
+            if _is_extern(cur):
+                return cur
+        if cur is floor:
+            break
+        cur = cur.prev
+    return nearest
 
 
 def insert_transfers(
@@ -75,7 +108,7 @@ def insert_transfers(
         users = [u for n in alias_closure(x) for u in n.users if u.op != "output"]
         last = max(users + [host], key=order.__getitem__)
         with fw.inserting_after(last):
-            release = fw.call_function(ops.RELEASE, (x, host))
+            release = fw.call_function(ops.RELEASE, (x, host, anchor_before(last, floor=x)))
         release.meta["val"] = None
         index = next(i for i in range(num_fwd_outputs, len(new_outputs)) if new_outputs[i] is x)
         new_outputs[index] = host

@@ -12,6 +12,7 @@ from __future__ import annotations
 import torch.fx as fx
 
 from .analyze_candidates import alias_closure
+from .insert_transfers import anchor_before
 from .transfer_meta import transfer_meta, transfer_nodes
 
 
@@ -31,5 +32,7 @@ def schedule_releases(fw_gm: fx.GraphModule, after: dict[str, fx.Node]) -> None:
             target = earliest
         if target.next is not release:
             target.append(release)
+        anchor = anchor_before(release.prev, floor=src)
+        release.update_arg(2, anchor)
     graph.lint()
     fw_gm.recompile()

@@ -4,7 +4,7 @@ Forward, for an offloaded activation ``x``::
 
     x_host = offload.d2h(x)          # copy on the D2H stream into a pooled host buffer
     ...                               # other uses of x
-    offload.release(x, x_host)        # compute stream waits for the copy; x may go
+    offload.release(x, x_host, anchor) # compute stream waits for the copy; x may go
 
 Backward::
 
@@ -16,8 +16,8 @@ Position is held by data dependencies, not by graph order alone (Inductor hoists
 extern kernel whose inputs are all graph inputs, and reorders ops without a tensor
 dependency): ``release`` and ``wait`` are declared as mutating their first argument,
 so every earlier reader of ``x`` runs before ``release`` and every later reader of
-``x_dev`` runs after ``wait``; ``h2d`` takes an ``anchor`` tensor computed just before
-its intended issue point. The mutation is nominal: neither op writes any data.
+``x_dev`` runs after ``wait``; ``release`` and ``h2d`` take an ``anchor`` tensor
+computed just before their intended point, which Inductor cannot move them above. The mutation is nominal: neither op writes any data.
 
 ``release`` keeps the source alive through its argument until the compute stream has
 been told to wait for the copy, so the caching allocator cannot hand the storage to a
@@ -137,12 +137,14 @@ def release_source(src: Tensor, host: Tensor) -> None:
 
 
 @torch.library.custom_op(f"{NAMESPACE}::release", mutates_args=("src",))
-def release(src: Tensor, host: Tensor) -> None:
+def release(src: Tensor, host: Tensor, anchor: Optional[Tensor]) -> None:
+    """``anchor`` is not read: it keeps the release after the node that produces it
+    (Inductor would otherwise hoist it next to its copy and stall compute on it)."""
     release_source(src, host)
 
 
 @release.register_fake
-def _(src: Tensor, host: Tensor) -> None:
+def _(src: Tensor, host: Tensor, anchor: Optional[Tensor]) -> None:
     return None
 
 
