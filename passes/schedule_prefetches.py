@@ -17,6 +17,7 @@ import torch.fx as fx
 
 from offload_compiler.runtime import ops
 
+from .insert_transfers import anchor_before
 from .transfer_meta import transfer_meta, transfer_nodes
 
 
@@ -46,9 +47,13 @@ def schedule_prefetches(
         assert transfer_meta(h2d) is not None and h2d.target is ops.H2D
         planned = issue_before.get(transfer_meta(h2d).value) if issue_before else None
         if planned is not None:
+            # The nearest extern result (a matmul: materialized anyway, so anchoring on it
+            # changes no fusion) before the planned point; else the nearest tensor.
             limit = min(pos[planned], pos[wait])
-            before = [n for n in nodes[:limit] if _is_anchor(n)]
-            anchor = before[-1] if before else None
+            floor = waits[k - 1] if k > 0 and pos[waits[k - 1]] < limit else None
+            anchor = anchor_before(nodes[limit - 1], floor=floor) if limit > 0 else None
+            if anchor is not None and anchor.op == "placeholder":
+                anchor = None
         elif depth == 0:
             # Right before the first use, anchored on the last tensor computed before it.
             before = [n for n in nodes[: pos[wait]] if _is_anchor(n)]
