@@ -121,16 +121,7 @@ def choose(candidates: list[Candidate], config: OffloadConfig, graph_id: int) ->
             else:
                 decision, reason = Decision.OFFLOAD, "policy='all': eligible"
                 host_bytes += c.nbytes
-        plan.decisions.append(DecisionRecord(
-            name=c.name,
-            producer=c.producer,
-            shape=c.shape,
-            dtype=str(c.dtype).removeprefix("torch."),
-            device=c.device,
-            nbytes=c.nbytes,
-            decision=decision,
-            reason=reason,
-        ))
+        plan.decisions.append(_record(c, decision, f"{decision.value}: {reason}"))
     return plan
 
 
@@ -149,18 +140,17 @@ def decide_from_solution(candidates: list[Candidate], solution, graph_id: int,
     for c in candidates:
         present.add(c.name)
         choice = solution.decisions.get(c.name)
+        decision = Decision.KEEP
         if choice == "offload" and c.eligible:
             decision, reason = Decision.OFFLOAD, solution.reasons[c.name]
         elif choice == "recompute":
-            decision, reason = Decision.KEEP, "keep: the min-cut partitioner kept it saved"
-        elif choice is None:
-            decision = Decision.KEEP
-            reason = (c.reason if not c.eligible else
-                      "keep: saved by the partition that realises the recomputation")
-        else:
-            decision, reason = Decision.KEEP, solution.reasons.get(c.name, c.reason)
-        if choice is None and not c.eligible:
+            reason = "keep: the min-cut partitioner kept it saved"
+        elif choice == "keep":
+            reason = solution.reasons[c.name]
+        elif not c.eligible:  # not simulated: a graph input, or unused by backward
             reason = f"keep: {c.reason}"
+        else:
+            reason = "keep: saved by the partition that realises the recomputation"
         plan.decisions.append(_record(c, decision, reason))
     for name, choice in solution.decisions.items():
         if choice == "recompute" and name not in present:
