@@ -75,7 +75,8 @@ class OffloadConfig:
 
     hardware: Mapping[str, float] | None = None
     """Overrides of the measured hardware profile, e.g. ``{"d2h_gbps": 25.0}``; keys are
-    the fields of ``offload_compiler.hardware.HardwareProfile``."""
+    the fields of ``offload_compiler.hardware.HardwareProfile``. Stored as sorted
+    ``(key, value)`` pairs so the config stays hashable; ``as_dict()`` gives a dict."""
 
     dump_dir: str | None = None
     """Folder to write, per compiled graph, the graphs after each pass, the plan (JSON
@@ -158,7 +159,10 @@ class OffloadConfig:
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
     def as_dict(self) -> dict[str, Any]:
-        return {name: getattr(self, name) for name in option_names()}
+        out = {name: getattr(self, name) for name in option_names()}
+        if out["hardware"] is not None:  # stored as sorted pairs to stay hashable
+            out["hardware"] = dict(out["hardware"])
+        return out
 
 
 def option_names() -> tuple[str, ...]:
