@@ -10,7 +10,6 @@ from __future__ import annotations
 import logging
 from typing import Any, Callable, Mapping, Sequence
 
-import torch
 import torch.fx as fx
 
 from .config import OffloadConfig

@@ -60,7 +60,7 @@ class OffloadPartitioner(CustomPartitionerFn):
         kwargs.setdefault("compiler", "inductor")
         num_fwd_outputs = kwargs["num_fwd_outputs"]
         graph_id = next(_graph_ids)
-        dumper = self.dumper = Dumper(dump_root(self.config.dump_dir))
+        dumper = Dumper(dump_root(self.config.dump_dir))
         dumper.joint(gm)
         fw_gm, bw_gm = min_cut_rematerialization_partition(gm, joint_inputs, **kwargs)
         dumper.stage("partitioned", fw_gm, bw_gm)
@@ -68,11 +68,13 @@ class OffloadPartitioner(CustomPartitionerFn):
         off_device = not any(c.device.split(":")[0] in self.config.devices for c in candidates)
         if self.config.policy == "cost_model" and not off_device:
             fw_gm, bw_gm, plan, schedule = self._plan_cost_model(
-                gm, joint_inputs, kwargs, fw_gm, bw_gm, candidates, graph_id)
+                gm, joint_inputs, kwargs, fw_gm, bw_gm, candidates, graph_id, dumper)
         else:
             plan, schedule = choose(candidates, self.config, graph_id), None
             if not off_device:
-                self._predict(fw_gm, bw_gm, num_fwd_outputs, candidates, plan)
+                hw = self._hardware(candidates)
+                facts = planner.gather(fw_gm, bw_gm, num_fwd_outputs, candidates, None, hw)
+                _simulate(plan, facts, planner.final_simulation(facts, {}, hw), hw)
         plan.off_device = off_device
         insert_transfers(fw_gm, bw_gm, num_fwd_outputs, offloads_of(plan))
         dumper.stage("transfers", fw_gm, bw_gm)
@@ -100,40 +102,29 @@ class OffloadPartitioner(CustomPartitionerFn):
         return profile_for(_device_of(candidates, self.config.devices),
                            dict(self.config.hardware or ()))
 
-    def _predict(self, fw_gm, bw_gm, num_fwd_outputs, candidates, plan) -> None:
-        """Simulate a policy's decisions, for the predictions and the timeline."""
-        hw = self._hardware(candidates)
-        facts = planner.gather(fw_gm, bw_gm, num_fwd_outputs, candidates, None, hw)
-        decisions = {d.name: d.decision.value for d in plan.decisions}
-        plan.simulation = planner.final_simulation(facts, decisions, hw)
-        plan.baseline_simulation = planner.final_simulation(facts, {}, hw)
-        plan.predicted = predictions(plan.baseline_simulation, plan.simulation)
-
     def _analyze(self, fw_gm, bw_gm, num_fwd_outputs):
         return analyze_candidates(
             fw_gm, bw_gm, num_fwd_outputs,
             devices=self.config.devices, min_offload_bytes=self.config.min_offload_bytes,
         )
 
-    def _plan_cost_model(self, joint_gm, joint_inputs, kwargs, fw_gm, bw_gm, candidates, graph_id):
+    def _plan_cost_model(self, joint_gm, joint_inputs, kwargs, fw_gm, bw_gm, candidates,
+                         graph_id, dumper):
         num_fwd_outputs = kwargs["num_fwd_outputs"]
         hw = self._hardware(candidates)
         facts = planner.gather(fw_gm, bw_gm, num_fwd_outputs, candidates, joint_gm, hw)
         baseline = planner.final_simulation(facts, {}, hw)
-        solution = planner.solve_facts(facts, self.config, hw)
+        solution = planner.solve_facts(facts, self.config, hw, baseline.peak_bytes)
         earlier = {c.name: c for c in candidates}
         recompute = [n for n, d in solution.decisions.items() if d == planner.RECOMPUTE]
         if recompute:
             planner.tag_recompute(joint_gm, [facts.chains[n] for n in recompute])
             fw_gm, bw_gm = min_cut_rematerialization_partition(joint_gm, joint_inputs, **kwargs)
-            self.dumper.stage("recomputed", fw_gm, bw_gm)
+            dumper.stage("recomputed", fw_gm, bw_gm)
             candidates = self._analyze(fw_gm, bw_gm, num_fwd_outputs)
             facts = planner.gather(fw_gm, bw_gm, num_fwd_outputs, candidates, None, hw)
         plan = decide_from_solution(candidates, solution, graph_id, earlier)
-        decisions = {d.name: d.decision.value for d in plan.decisions}
-        final = planner.final_simulation(facts, decisions, hw)
-        plan.predicted = predictions(baseline, final, solution.budget_bytes)
-        plan.simulation, plan.baseline_simulation = final, baseline
+        final = _simulate(plan, facts, baseline, hw, solution.budget_bytes)
         budget = solution.budget_bytes
         if budget is not None and final.peak_bytes > budget:
             plan.note = (f"budget of {budget} bytes not reachable: best effort predicts "
@@ -145,6 +136,15 @@ class OffloadPartitioner(CustomPartitionerFn):
     def uuid(self) -> str:
         """Changes with the config and with the code of this package and of ``passes``."""
         return f"offload-{_source_hash()}-{self.config.fingerprint()}"
+
+
+def _simulate(plan: GraphPlan, facts, baseline, hw, budget_bytes=None):
+    """Simulate the plan's decisions; attach the timeline and the predictions."""
+    decisions = {d.name: d.decision.value for d in plan.decisions}
+    final = planner.final_simulation(facts, decisions, hw)
+    plan.simulation, plan.baseline_simulation = final, baseline
+    plan.predicted = predictions(baseline, final, budget_bytes)
+    return final
 
 
 def _device_of(candidates, devices: tuple[str, ...]) -> str:

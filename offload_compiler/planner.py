@@ -33,10 +33,8 @@ from .hardware import HardwareProfile
 from .simulator import KEEP, OFFLOAD, RECOMPUTE, Lanes, SimResult, SimTensor, simulate
 from .solver import Option, Solution, solve
 
-_MUST_OFFLOAD = tuple(
-    p for p in (getattr(CheckpointPolicy, "MUST_CPU_OFFLOAD", None),
-                getattr(CheckpointPolicy, "PREFER_CPU_OFFLOAD", None)) if p is not None
-)
+# Absent before torch 2.9; PREFER_CPU_OFFLOAD is left to the planner's judgement.
+_MUST_OFFLOAD = getattr(CheckpointPolicy, "MUST_CPU_OFFLOAD", None)
 MAX_CHAIN = 64
 
 
@@ -121,8 +119,8 @@ def gather(fw_gm: fx.GraphModule, bw_gm: fx.GraphModule, num_fwd_outputs: int,
         forced = None
         if tag == CheckpointPolicy.MUST_SAVE:
             forced = KEEP
-        elif tag in _MUST_OFFLOAD and c.eligible:
-            forced = OFFLOAD if tag == getattr(CheckpointPolicy, "MUST_CPU_OFFLOAD", None) else None
+        elif tag is not None and tag == _MUST_OFFLOAD and c.eligible:
+            forced = OFFLOAD
         if tag == CheckpointPolicy.PREFER_SAVE and not why_not:
             why_not = "tagged PREFER_SAVE"
             chain = []
@@ -166,9 +164,10 @@ def resolve_budget(memory_budget: Any, baseline_peak: int) -> int | None:
     return int(memory_budget)
 
 
-def solve_facts(facts: Facts, config: OffloadConfig, hw: HardwareProfile) -> Solution:
-    baseline = simulate(facts.fw_ms, facts.bw_ms, facts.tensors, lanes_of(hw))
-    budget = resolve_budget(config.memory_budget, baseline.peak_bytes)
+def solve_facts(facts: Facts, config: OffloadConfig, hw: HardwareProfile,
+                baseline_peak: int) -> Solution:
+    """Solve for ``config``'s budget; ``baseline_peak`` is the peak with nothing moved."""
+    budget = resolve_budget(config.memory_budget, baseline_peak)
     return solve(
         facts.fw_ms, facts.bw_ms, facts.tensors, facts.options, lanes_of(hw),
         budget_bytes=budget, max_overhead=config.max_overhead,

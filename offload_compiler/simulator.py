@@ -76,7 +76,8 @@ class SimResult:
     """(time_ms, activation bytes held) after every change."""
 
 
-def _copy_ms(nbytes: int, gbps: float) -> float:
+def copy_ms(nbytes: int, gbps: float) -> float:
+    """Milliseconds to copy ``nbytes`` at ``gbps`` GB/s."""
     return nbytes / (gbps * 1e9) * 1e3
 
 
@@ -102,7 +103,7 @@ def simulate(fw_ms: list[float], bw_ms: list[float], tensors: list[SimTensor], l
     # ---- forward -------------------------------------------------------------
     t, stall, d2h_free = 0.0, 0.0, 0.0
     copy_end: dict[str, float] = {}
-    copy_ms: dict[str, float] = {}
+    copy_time: dict[str, float] = {}
     pending: list[SimTensor] = []  # offloaded, not yet released
     release_after: dict[str, int] = {}
     op_start: list[float] = []
@@ -116,8 +117,8 @@ def simulate(fw_ms: list[float], bw_ms: list[float], tensors: list[SimTensor], l
             mem(t, x.nbytes)
             if x.decision == OFFLOAD:
                 start = max(t, d2h_free)
-                dur = _copy_ms(x.nbytes, lanes.d2h_gbps)
-                copy_end[x.name], copy_ms[x.name] = start + dur, dur
+                dur = copy_ms(x.nbytes, lanes.d2h_gbps)
+                copy_end[x.name], copy_time[x.name] = start + dur, dur
                 d2h_free = start + dur
                 if record:
                     events.append(("d2h", x.name, start, start + dur))
@@ -137,7 +138,7 @@ def simulate(fw_ms: list[float], bw_ms: list[float], tensors: list[SimTensor], l
         for x in dropped_at.get(i, ()):
             mem(t, -x.nbytes)
     fw_end = t
-    hidden = {name: max(0.0, min(copy_end[name], fw_end) - (copy_end[name] - copy_ms[name]))
+    hidden = {name: max(0.0, min(copy_end[name], fw_end) - (copy_end[name] - copy_time[name]))
               for name in copy_end}
 
     # ---- backward: plan reload issue points (as late as possible) -------------
@@ -150,7 +151,7 @@ def simulate(fw_ms: list[float], bw_ms: list[float], tensors: list[SimTensor], l
     reload_before: dict[str, int] = {}
     lane_next = float("inf")
     for x in reversed(offloaded):
-        dur = _copy_ms(x.nbytes, lanes.h2d_gbps)
+        dur = copy_ms(x.nbytes, lanes.h2d_gbps)
         if x.reload_before is not None:
             k = min(x.reload_before, x.first_bw_use)
         else:
@@ -173,7 +174,7 @@ def simulate(fw_ms: list[float], bw_ms: list[float], tensors: list[SimTensor], l
     for k in range(n_bw):
         for x in issue_at.get(k, ()):
             start = max(t, h2d_free, copy_end[x.name])
-            dur = _copy_ms(x.nbytes, lanes.h2d_gbps)
+            dur = copy_ms(x.nbytes, lanes.h2d_gbps)
             reload_end[x.name] = start + dur
             h2d_free = start + dur
             mem(t, x.nbytes)
@@ -210,7 +211,7 @@ def simulate(fw_ms: list[float], bw_ms: list[float], tensors: list[SimTensor], l
     return SimResult(
         step_ms=t, fw_ms=fw_end, bw_ms=t - fw_end, stall_ms=stall, peak_bytes=peak,
         peak_time_ms=peak_t, end_of_forward_bytes=end_fw, release_after=release_after,
-        reload_before=reload_before, copy_ms=copy_ms, hidden_ms=hidden, events=events,
+        reload_before=reload_before, copy_ms=copy_time, hidden_ms=hidden, events=events,
         memory=curve,
     )
 

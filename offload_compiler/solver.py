@@ -20,7 +20,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from .simulator import KEEP, OFFLOAD, RECOMPUTE, Lanes, SimResult, SimTensor, simulate
+from .simulator import KEEP, OFFLOAD, RECOMPUTE, Lanes, SimResult, SimTensor, copy_ms, simulate
 
 
 @dataclass(frozen=True)
@@ -107,9 +107,11 @@ def solve(
         if free(x) and options[x.name].can_offload:
             try_change(x, OFFLOAD, min(limit_ms, current.step_ms + tol))
     # Phase 2: the cheaper of a recomputation and a (partly exposed) copy, per byte.
+    def round_trip_ms(x: SimTensor) -> float:
+        return copy_ms(x.nbytes, lanes.d2h_gbps) + copy_ms(x.nbytes, lanes.h2d_gbps)
+
     def cost(x: SimTensor) -> float:
-        copy = x.nbytes / (lanes.d2h_gbps * 1e9) * 1e3 + x.nbytes / (lanes.h2d_gbps * 1e9) * 1e3
-        costs = [copy] if options[x.name].can_offload else []
+        costs = [round_trip_ms(x)] if options[x.name].can_offload else []
         if options[x.name].can_recompute:
             costs.append(x.recompute_ms)
         return min(costs, default=float("inf")) / max(x.nbytes, 1)
@@ -119,10 +121,9 @@ def solve(
             break
         if not free(x):
             continue
-        copy_ms = x.nbytes / (lanes.d2h_gbps * 1e9) * 1e3 + x.nbytes / (lanes.h2d_gbps * 1e9) * 1e3
         choices = []
         if options[x.name].can_offload:
-            choices.append((copy_ms, OFFLOAD))
+            choices.append((round_trip_ms(x), OFFLOAD))
         if options[x.name].can_recompute:
             choices.append((x.recompute_ms, RECOMPUTE))
         for _, choice in sorted(choices):
@@ -147,7 +148,7 @@ def _ms(x: float) -> str:
 
 
 def _reason(x: SimTensor, choice: str, opt: Option, result: SimResult, lanes: Lanes, met: bool) -> str:
-    copy = x.nbytes / (lanes.d2h_gbps * 1e9) * 1e3
+    copy = copy_ms(x.nbytes, lanes.d2h_gbps)
     rc = _ms(x.recompute_ms) if opt.can_recompute else f"not possible ({opt.why_not_recompute})"
     if opt.forced:
         return f"{choice}: required by the model's checkpoint tag"

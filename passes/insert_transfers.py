@@ -49,7 +49,8 @@ def _fake(op, *args):
         return op(*vals)
 
 
-def _is_tensor_op(node: fx.Node) -> bool:
+def is_tensor_op(node: fx.Node) -> bool:
+    """A computed tensor: not an input, not a transfer op (what an anchor may be)."""
     return (node.op == "call_function" and transfer_meta(node) is None
             and node.target not in ops.TRANSFER_OPS
             and isinstance(node.meta.get("val"), torch.Tensor))
@@ -70,7 +71,7 @@ def anchor_before(node: fx.Node, floor: fx.Node | None = None) -> fx.Node | None
     nearest = None
     cur = node
     while cur is not None and cur.op != "root":
-        if _is_tensor_op(cur):
+        if is_tensor_op(cur):
             nearest = nearest or cur
             if _is_extern(cur):
                 return cur

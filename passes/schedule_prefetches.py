@@ -7,27 +7,18 @@ the top of the graph. The node it is placed after becomes its ``anchor`` argumen
 without that data dependency Inductor hoists an op whose inputs are all graph inputs
 to the top of the graph, and every reload would be issued at once.
 
-This is the only pass that moves nodes.
+With the planner's schedule (``issue_before``), each reload goes just before the node
+the simulation chose, anchored on the nearest matmul result there.
 """
 
 from __future__ import annotations
 
-import torch
 import torch.fx as fx
 
 from offload_compiler.runtime import ops
 
-from .insert_transfers import anchor_before
+from .insert_transfers import anchor_before, is_tensor_op
 from .transfer_meta import transfer_meta, transfer_nodes
-
-
-def _is_anchor(node: fx.Node) -> bool:
-    """A computed tensor (not an input, not a transfer op) a reload can follow."""
-    return (
-        node.op == "call_function"
-        and transfer_meta(node) is None
-        and isinstance(node.meta.get("val"), torch.Tensor)
-    )
 
 
 def schedule_prefetches(
@@ -51,18 +42,16 @@ def schedule_prefetches(
             # changes no fusion) before the planned point; else the nearest tensor.
             limit = min(pos[planned], pos[wait])
             floor = waits[k - 1] if k > 0 and pos[waits[k - 1]] < limit else None
-            anchor = anchor_before(nodes[limit - 1], floor=floor) if limit > 0 else None
-            if anchor is not None and anchor.op == "placeholder":
-                anchor = None
+            anchor = anchor_before(nodes[limit - 1], floor=floor)
         elif depth == 0:
             # Right before the first use, anchored on the last tensor computed before it.
-            before = [n for n in nodes[: pos[wait]] if _is_anchor(n)]
+            before = [n for n in nodes[: pos[wait]] if is_tensor_op(n)]
             anchor = before[-1] if before else None
         elif k < depth:
             anchor = None
         else:
-            after = [n for n in nodes[pos[waits[k - depth]] + 1 : pos[wait]] if _is_anchor(n)]
-            before = [n for n in nodes[: pos[wait]] if _is_anchor(n)]
+            after = [n for n in nodes[pos[waits[k - depth]] + 1 : pos[wait]] if is_tensor_op(n)]
+            before = [n for n in nodes[: pos[wait]] if is_tensor_op(n)]
             anchor = after[0] if after else (before[-1] if before else None)
         if anchor is None:
             top.append(h2d)

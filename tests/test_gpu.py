@@ -8,7 +8,6 @@ import pytest
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-import offload_compiler
 from offload_compiler.runtime import host_pool, streams
 from gpt import GPT, make_batch, preset
 from helpers import assert_bitwise, assert_close, backend

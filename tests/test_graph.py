@@ -7,7 +7,7 @@ import torch
 from torch._inductor.utils import run_and_get_code
 
 import offload_compiler
-from helpers import LOOPBACK, loopback, backend, counts
+from helpers import backend, counts, loopback
 from models import Attention, NormGeluMLP, Transposed
 from passes import transfer_meta, transfer_nodes
 from offload_compiler.runtime import ops

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from gpt import GPT, make_batch, preset
-from helpers import LOOPBACK, loopback, assert_bitwise, assert_close, backend, train
+from helpers import loopback, assert_bitwise, assert_close, backend, train
 from models import Attention, Dropout, Embed, NormGeluMLP, Transposed
 
 

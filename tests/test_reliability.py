@@ -1,14 +1,12 @@
 """Awkward inputs and autograd semantics (CPU loopback)."""
 
-import copy
 import logging
 
 import pytest
 import torch
 import torch.nn as nn
 
-import offload_compiler
-from helpers import LOOPBACK, loopback, assert_bitwise, backend, train
+from helpers import loopback, assert_bitwise, backend, train
 from models import Dropout, NormGeluMLP
 from offload_compiler.runtime import host_pool
 

@@ -8,10 +8,9 @@ from pathlib import Path
 import pytest
 import torch
 
-import offload_compiler
-from helpers import LOOPBACK, loopback, backend, counts, train
+from helpers import backend, loopback, train
 from models import NormGeluMLP
-from offload_compiler.runtime import HostPool, host_pool, ops
+from offload_compiler.runtime import HostPool, host_pool
 
 ROOT = Path(__file__).resolve().parents[1]
 

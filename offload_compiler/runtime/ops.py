@@ -87,17 +87,23 @@ def copy_to_host(src: Tensor, keep_strides: bool) -> Tensor:
         return _d2h_cuda(src, like)
     got = host_pool().acquire(like, pinned=False)
     if got is None:
-        return src.clone(memory_format=torch.contiguous_format) if not keep_strides else src.clone()
+        return _device_copy(src, like)
     host, _ = got
     host.copy_(src)
     return host
+
+
+def _device_copy(src: Tensor, like: Tensor) -> Tensor:
+    """Fallback when no host block can be had: a copy on ``src``'s device, laid out as
+    the host copy would have been (``h2d`` then copies it back)."""
+    return torch.empty_strided(like.shape, like.stride(), dtype=src.dtype, device=src.device).copy_(src)
 
 
 def _d2h_cuda(src: Tensor, like: Tensor) -> Tensor:
     compute = torch.cuda.current_stream(src.device)  # the live stream, read first
     got = host_pool().acquire(like, pinned=True)
     if got is None:
-        return torch.empty_strided(like.shape, like.stride(), dtype=src.dtype, device=src.device).copy_(src)
+        return _device_copy(src, like)
     host, block = got
     stream = streams.copy_stream(src.device, streams.D2H)
     stream.wait_stream(compute)

@@ -50,10 +50,6 @@ def mark_ready(stream: torch.cuda.Stream) -> torch.cuda.Event:
     return event
 
 
-def created_streams() -> dict[tuple[str, int], torch.cuda.Stream]:
-    """The copy streams created so far (for tests and inspection)."""
-    return dict(_streams)
-
 
 # Fault injection for race tests: GPU cycles to spin on a copy stream before each copy.
 _delay_cycles = {D2H: 0, H2D: 0}
