@@ -240,7 +240,8 @@ def _prepare(name: str, model, spec: dict[str, Any], row: Row):
         import offload_compiler
 
         budget = name.split(":", 1)[1]
-        options = {"memory_budget": "auto" if budget == "auto" else float(budget),
+        options = {**spec.get("offload_options", {}),
+                   "memory_budget": "auto" if budget == "auto" else float(budget),
                    "devices": (spec["device"].split(":")[0],)}
         if spec["device"].startswith("cpu"):
             options["min_offload_bytes"] = 0
@@ -287,8 +288,18 @@ def compare(*, preset: str | None = "tiny", model: str | None = None, device: st
             dtype: str = "float32", steps: int = 5, warmup: int = 2,
             budgets: tuple[float, ...] = (0.5, 0.2), strategies: list[str] | None = None,
             blocks: str | None = None, out: str | Path | None = None,
-            timeout_s: float = 1800) -> list[Row]:
-    """Run every strategy in its own process; returns the rows (also written to ``out``)."""
+            timeout_s: float = 1800, offload_options: dict[str, Any] | None = None) -> list[Row]:
+    """Run every strategy in its own process; returns the rows (also written to ``out``).
+
+    ``offload_options`` are extra ``OffloadConfig`` options for the ``offload:*``
+    strategies (``memory_budget`` and ``devices`` come from the strategy name)."""
+    from .config import OffloadConfig
+
+    offload_options = dict(offload_options or {})
+    fixed = sorted({"memory_budget", "devices"} & set(offload_options))
+    if fixed:
+        raise ValueError(f"offload_options may not set {fixed}: the strategy name sets them")
+    OffloadConfig.from_options(offload_options)  # a bad option fails here, not per row
     if dtype not in DTYPES:
         raise ValueError(f"dtype={dtype!r}; valid dtypes are {DTYPES}")
     for b in budgets:
@@ -297,7 +308,7 @@ def compare(*, preset: str | None = "tiny", model: str | None = None, device: st
     rows = []
     for name in strategies_for(strategies, list(budgets)):
         spec = dict(strategy=name, preset=preset, model=model, device=device, dtype=dtype,
-                    steps=steps, warmup=warmup, blocks=blocks)
+                    steps=steps, warmup=warmup, blocks=blocks, offload_options=offload_options)
         rows.append(_run_in_subprocess(spec, timeout_s, Path(out) if out is not None else None))
     _flag_disagreements(rows, dtype)
     if out is not None:
@@ -431,6 +442,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--blocks", default=None, help="dotted path of the ModuleList of repeated blocks")
     p.add_argument("--out", default=None, help="folder for compare.json, compare.svg, compare.txt")
     p.add_argument("--timeout", type=float, default=1800, help="seconds per strategy")
+    p.add_argument("--offload-options", type=json.loads, default=None,
+                   help='extra OffloadConfig options for the offload:* strategies, as JSON, '
+                        'e.g. \'{"node_costs": "profile"}\'')
 
 
 def main_compare(args: argparse.Namespace) -> int:
@@ -439,7 +453,8 @@ def main_compare(args: argparse.Namespace) -> int:
     strategies = args.strategies.split(",") if args.strategies else None
     rows = compare(preset=None if args.model else args.preset, model=args.model, device=args.device,
                    dtype=dtype, steps=args.steps, warmup=args.warmup, budgets=budgets,
-                   strategies=strategies, blocks=args.blocks, out=args.out, timeout_s=args.timeout)
+                   strategies=strategies, blocks=args.blocks, out=args.out, timeout_s=args.timeout,
+                   offload_options=args.offload_options)
     print(table(rows))
     return 0 if any(r.status == "ok" for r in rows) else 1
 

@@ -17,6 +17,7 @@ from typing import Any, Literal, Mapping, get_args
 
 InnerCompiler = Literal["inductor", "eager"]
 Policy = Literal["cost_model", "all", "none"]
+NodeCosts = Literal["estimate", "profile"]
 
 #: Device types whose tensors the runtime knows how to offload. ``cuda`` uses side
 #: streams, events and pinned host memory; ``cpu`` is the loopback mode: copies go to
@@ -73,6 +74,22 @@ class OffloadConfig:
     """With ``memory_budget="auto"``: the predicted step-time increase allowed, as a
     fraction of the step (default 0.03, three percent)."""
 
+    copy_margin: float = 0.15
+    """Slack the planner keeps on the copy engines: it plans every copy as if it ran at
+    ``(1 - copy_margin)`` of the measured bandwidth, so a copy it counts as hidden still
+    hides when the compute estimates are a little long, and reloads are issued a
+    little early. A number in [0, 1); default 0.15 (measured: with 0 the copies that
+    fill the forward to the last millisecond stalled compute by about 2 ms per step on
+    the example GPT; see ``benchmarks/RESULTS.md``)."""
+
+    node_costs: NodeCosts = "estimate"
+    """Where node run times come from. ``"estimate"`` (default): FLOP formulas and a
+    roofline over the hardware profile, no GPU work at compile time. ``"profile"``:
+    each distinct matmul, attention or convolution of the graphs is run and timed on
+    the device at compile time (random inputs of the real shapes, a few repetitions,
+    the median), the rest is estimated; falls back to the estimate for a node it
+    cannot run. CPU-only plans (loopback) always estimate."""
+
     hardware: Mapping[str, float] | None = None
     """Overrides of the measured hardware profile, e.g. ``{"d2h_gbps": 25.0}``; keys are
     the fields of ``offload_compiler.hardware.HardwareProfile``. Stored as sorted
@@ -95,6 +112,14 @@ class OffloadConfig:
                 f"inner_compiler={self.inner_compiler!r} is not valid; "
                 f"choose one of {_choices(InnerCompiler)}"
             )
+        if self.node_costs not in _choices(NodeCosts):
+            raise ValueError(
+                f"node_costs={self.node_costs!r} is not valid; choose one of {_choices(NodeCosts)}"
+            )
+        if isinstance(self.copy_margin, bool) or not isinstance(self.copy_margin, (int, float)) \
+                or not 0 <= self.copy_margin < 1:
+            raise ValueError(f"copy_margin={self.copy_margin!r} is not valid; it must be a "
+                             "number in [0, 1) (the fraction of copy bandwidth held back)")
         if self.policy not in _choices(Policy):
             raise ValueError(
                 f"policy={self.policy!r} is not valid; choose one of {_choices(Policy)}"

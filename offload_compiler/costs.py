@@ -6,11 +6,17 @@ and bytes over the memory bandwidth. Other ops are assumed fused by Inductor int
 their neighbours: they cost only the bytes they read from or write to materialized
 buffers (graph inputs, extern results, values an extern kernel or the output reads).
 Views, ``getitem`` and the transfer ops cost nothing.
+
+:class:`NodeCosts` is what the planner calls: the estimate above, or, in profiling
+mode (``OffloadConfig(node_costs="profile")``), the measured time of each extern
+kernel on its device, timed once per distinct signature at compile time.
 """
 
 from __future__ import annotations
 
+import logging
 import operator
+from typing import Any
 
 import torch
 import torch.fx as fx
@@ -18,8 +24,10 @@ from torch.utils.flop_counter import flop_registry
 
 from passes.analyze_candidates import is_view_node, size_hint, tensor_nbytes
 
-from .hardware import HardwareProfile
+from .hardware import HardwareProfile, time_ms
 from .runtime import ops
+
+log = logging.getLogger(__name__)
 
 
 def _vals(x):
@@ -54,10 +62,8 @@ def node_flops(node: fx.Node) -> int:
 
 
 def _dtype(node: fx.Node) -> torch.dtype:
-    val = node.meta.get("val")
-    if isinstance(val, (list, tuple)):
-        val = next((v for v in val if isinstance(v, torch.Tensor)), None)
-    return val.dtype if isinstance(val, torch.Tensor) else torch.float32
+    val = _first_tensor(node)
+    return val.dtype if val is not None else torch.float32
 
 
 def _free(node: fx.Node) -> bool:
@@ -116,5 +122,150 @@ def _storage_owner(node: fx.Node) -> fx.Node:
     return node
 
 
-def graph_ms(nodes: list[fx.Node], hw: HardwareProfile) -> list[float]:
-    return [node_ms(n, hw) for n in nodes]
+def chain_ms(chain: list[fx.Node], cost: "NodeCosts") -> float:
+    """Milliseconds to recompute ``chain`` (joint-graph nodes, its root first) in backward.
+
+    Extern nodes cost what ``cost`` gives. The other nodes are taken as fused into few
+    kernels that read each value they take from outside the chain once (saved values
+    and inputs: materialized in backward), read extern results of the chain, and write
+    the root's storage (backward reads it) and the values extern nodes of the chain
+    read. :func:`node_ms` alone would miss those reads and writes: in the joint graph
+    they look like fusible pointwise traffic.
+    """
+    inside = set(chain)
+    total, reads, writes = 0.0, set(), set()
+    root = _storage_owner(chain[0])
+    if root in inside and not _extern(root):
+        writes.add(root)
+    for n in chain:
+        if _free(n):
+            continue
+        if _extern(n):
+            total += cost(n)
+            writes.update(_storage_owner(a) for a in n.all_input_nodes
+                          if _storage_owner(a) in inside and not _extern(_storage_owner(a)))
+            continue
+        for a in n.all_input_nodes:
+            owner = _storage_owner(a)
+            if owner not in inside or _extern(owner):
+                reads.add(owner)
+    nbytes = sum(_tensor_bytes(n.meta.get("val")) for n in reads | writes)
+    launches = len(writes) * cost.hw.launch_us / 1e3
+    return total + nbytes / (cost.hw.memory_gbps * 1e9) * 1e3 + launches
+
+
+class NodeCosts:
+    """Milliseconds per node: :func:`node_ms`, or with ``profile=True`` the measured time
+    of extern kernels (matmul, attention, convolution) on their own device.
+
+    Each distinct signature (op, argument shapes, strides, dtypes, devices and plain
+    arguments) is timed once per process: random inputs of those shapes, one warm-up,
+    then ``repeat`` runs back to back (as kernels run in a step), three times; the
+    median per run. A node that cannot be run (an error, no
+    memory, an unbacked size) falls back to the estimate. CPU nodes always estimate.
+    """
+
+    def __init__(self, hw: HardwareProfile, profile: bool = False, repeat: int = 5) -> None:
+        self.hw = hw
+        self.profile = profile
+        self.repeat = repeat
+        self.measured: dict[tuple, float] = {}
+        """Signatures timed for this planner run, with their milliseconds."""
+
+    def __call__(self, node: fx.Node) -> float:
+        if not (self.profile and _extern(node) and _device_type(node) == "cuda"):
+            return node_ms(node, self.hw)
+        key = _signature(node)
+        if key is None:
+            return node_ms(node, self.hw)
+        if key not in _timed:
+            _timed[key] = _time_node(node, self.repeat)
+        ms = _timed[key]
+        if ms is None:
+            return node_ms(node, self.hw)
+        self.measured[key] = ms
+        return ms
+
+
+# Measured times by signature, for the life of the process (shared across graphs).
+_timed: dict[tuple, float | None] = {}
+
+
+def _first_tensor(node: fx.Node) -> torch.Tensor | None:
+    val = node.meta.get("val")
+    if isinstance(val, (list, tuple)):
+        val = next((v for v in val if isinstance(v, torch.Tensor)), None)
+    return val if isinstance(val, torch.Tensor) else None
+
+
+def _device_type(node: fx.Node) -> str:
+    val = _first_tensor(node)
+    return val.device.type if val is not None else "cpu"
+
+
+def _describe(x: Any):
+    """A hashable description of one argument, or raise ``ValueError`` if it has no hint."""
+    if isinstance(x, fx.Node):
+        x = x.meta.get("val")
+    if isinstance(x, torch.Tensor):
+        shape = tuple(size_hint(d) for d in x.shape)
+        stride = tuple(size_hint(d) for d in x.stride())
+        if any(v is None for v in shape + stride):
+            raise ValueError("symbolic size without a hint")
+        return ("T", shape, stride, str(x.dtype), str(x.device))
+    if isinstance(x, (list, tuple)):
+        return tuple(_describe(v) for v in x)
+    if isinstance(x, torch.SymInt):
+        v = size_hint(x)
+        if v is None:
+            raise ValueError("symbolic size without a hint")
+        return v
+    return repr(x)
+
+
+def _signature(node: fx.Node) -> tuple | None:
+    try:
+        return (str(node.target), _describe(list(node.args)),
+                tuple(sorted((k, _describe(v)) for k, v in node.kwargs.items())))
+    except ValueError:
+        return None
+
+
+def _materialize(x: Any):
+    """Real tensors (random values) for the fake ones in ``x``; SymInts to their hints."""
+    if isinstance(x, fx.Node):
+        x = x.meta.get("val")
+    if isinstance(x, torch.Tensor):
+        shape = [size_hint(d) for d in x.shape]
+        stride = [size_hint(d) for d in x.stride()]
+        out = torch.empty_strided(shape, stride, dtype=x.dtype, device=x.device)
+        if out.is_floating_point():
+            out.normal_()
+        else:
+            out.zero_()
+        return out
+    if isinstance(x, (list, tuple)):
+        return type(x)(_materialize(v) for v in x)
+    if isinstance(x, torch.SymInt):
+        return size_hint(x)
+    return x
+
+
+def _time_node(node: fx.Node, repeat: int) -> float | None:
+    """Median milliseconds of running ``node``'s op on real inputs, or ``None``."""
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+    device = _first_tensor(node).device
+    try:
+        with unset_fake_temporarily(), torch.no_grad(), torch.cuda.device(device):
+            args = _materialize(list(node.args))
+            kwargs = {k: _materialize(v) for k, v in node.kwargs.items()}
+
+            def run() -> None:  # back to back, as in a training step
+                for _ in range(repeat):
+                    node.target(*args, **kwargs)
+
+            return time_ms(run, 3) / repeat
+    except Exception as err:  # noqa: BLE001 - any failure means: estimate instead
+        log.debug("offload: could not time %s (%s); using the estimate", node.format_node(), err)
+        return None

@@ -117,7 +117,8 @@ def _cuda_profile(device: torch.device) -> HardwareProfile:
     return profile
 
 
-def _time_ms(fn, repeat: int = 5) -> float:
+def time_ms(fn, repeat: int = 5) -> float:
+    """Median milliseconds of ``fn`` on the current CUDA stream, after one warm-up run."""
     fn()
     torch.cuda.synchronize()
     times = []
@@ -169,8 +170,8 @@ def _measure(device: torch.device) -> HardwareProfile:
         dev_a = torch.empty(nbytes, dtype=torch.uint8, device=device)
         dev_b = torch.empty(nbytes, dtype=torch.uint8, device=device)
         side = torch.cuda.Stream(device)
-        d2h_ms = _time_ms(lambda: host_a.copy_(dev_a, non_blocking=True))
-        h2d_ms = _time_ms(lambda: dev_b.copy_(host_b, non_blocking=True))
+        d2h_ms = time_ms(lambda: host_a.copy_(dev_a, non_blocking=True))
+        h2d_ms = time_ms(lambda: dev_b.copy_(host_b, non_blocking=True))
 
         def both() -> None:
             side.wait_stream(torch.cuda.current_stream())
@@ -179,13 +180,13 @@ def _measure(device: torch.device) -> HardwareProfile:
             dev_b.copy_(host_b, non_blocking=True)
             torch.cuda.current_stream().wait_stream(side)
 
-        duplex_ms = _time_ms(both)
-        copy_ms = _time_ms(lambda: dev_b.copy_(dev_a))
+        duplex_ms = time_ms(both)
+        copy_ms = time_ms(lambda: dev_b.copy_(dev_a))
         n = 4096
         a16 = torch.randn(n, n, device=device, dtype=torch.bfloat16)
         a32 = torch.randn(n, n, device=device)
-        mm16_ms = _time_ms(lambda: a16 @ a16)
-        mm32_ms = _time_ms(lambda: a32 @ a32)
+        mm16_ms = time_ms(lambda: a16 @ a16)
+        mm32_ms = time_ms(lambda: a32 @ a32)
     gb = nbytes / 1e9
     profile = HardwareProfile(
         d2h_gbps=gb / (d2h_ms / 1e3),

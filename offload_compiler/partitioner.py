@@ -29,6 +29,7 @@ from passes import (
 from . import planner
 from . import report
 from .config import OffloadConfig
+from .costs import NodeCosts
 from .dump import Dumper, dump_root
 from .hardware import profile_for
 from .plan import GraphPlan, choose, decide_from_solution, offloads_of, predictions
@@ -72,9 +73,9 @@ class OffloadPartitioner(CustomPartitionerFn):
         else:
             plan, schedule = choose(candidates, self.config, graph_id), None
             if not off_device:
-                hw = self._hardware(candidates)
-                facts = planner.gather(fw_gm, bw_gm, num_fwd_outputs, candidates, None, hw)
-                _simulate(plan, facts, planner.final_simulation(facts, {}, hw), hw)
+                cost, lanes = self._cost_model(candidates)
+                facts = planner.gather(fw_gm, bw_gm, num_fwd_outputs, candidates, None, cost)
+                _simulate(plan, facts, planner.final_simulation(facts, {}, lanes), lanes)
         plan.off_device = off_device
         insert_transfers(fw_gm, bw_gm, num_fwd_outputs, offloads_of(plan))
         dumper.stage("transfers", fw_gm, bw_gm)
@@ -98,9 +99,12 @@ class OffloadPartitioner(CustomPartitionerFn):
             self.on_plan(plan)
         return fw_gm, bw_gm
 
-    def _hardware(self, candidates):
-        return profile_for(_device_of(candidates, self.config.devices),
-                           dict(self.config.hardware or ()))
+    def _cost_model(self, candidates) -> tuple[NodeCosts, planner.Lanes]:
+        """Node costs and the copy lanes to plan with, for the graph's device."""
+        device = _device_of(candidates, self.config.devices)
+        hw = profile_for(device, dict(self.config.hardware or ()))
+        cost = NodeCosts(hw, profile=self.config.node_costs == "profile")
+        return cost, planner.lanes_of(hw, self.config.copy_margin)
 
     def _analyze(self, fw_gm, bw_gm, num_fwd_outputs):
         return analyze_candidates(
@@ -111,10 +115,10 @@ class OffloadPartitioner(CustomPartitionerFn):
     def _plan_cost_model(self, joint_gm, joint_inputs, kwargs, fw_gm, bw_gm, candidates,
                          graph_id, dumper):
         num_fwd_outputs = kwargs["num_fwd_outputs"]
-        hw = self._hardware(candidates)
-        facts = planner.gather(fw_gm, bw_gm, num_fwd_outputs, candidates, joint_gm, hw)
-        baseline = planner.final_simulation(facts, {}, hw)
-        solution = planner.solve_facts(facts, self.config, hw, baseline.peak_bytes)
+        cost, lanes = self._cost_model(candidates)
+        facts = planner.gather(fw_gm, bw_gm, num_fwd_outputs, candidates, joint_gm, cost)
+        baseline = planner.final_simulation(facts, {}, lanes)
+        solution = planner.solve_facts(facts, self.config, lanes, baseline.peak_bytes)
         earlier = {c.name: c for c in candidates}
         recompute = [n for n, d in solution.decisions.items() if d == planner.RECOMPUTE]
         if recompute:
@@ -122,9 +126,9 @@ class OffloadPartitioner(CustomPartitionerFn):
             fw_gm, bw_gm = min_cut_rematerialization_partition(joint_gm, joint_inputs, **kwargs)
             dumper.stage("recomputed", fw_gm, bw_gm)
             candidates = self._analyze(fw_gm, bw_gm, num_fwd_outputs)
-            facts = planner.gather(fw_gm, bw_gm, num_fwd_outputs, candidates, None, hw)
+            facts = planner.gather(fw_gm, bw_gm, num_fwd_outputs, candidates, None, cost)
         plan = decide_from_solution(candidates, solution, graph_id, earlier)
-        final = _simulate(plan, facts, baseline, hw, solution.budget_bytes)
+        final = _simulate(plan, facts, baseline, lanes, solution.budget_bytes)
         budget = solution.budget_bytes
         if budget is not None and final.peak_bytes > budget:
             plan.note = (f"budget of {budget} bytes not reachable: best effort predicts "
@@ -138,10 +142,10 @@ class OffloadPartitioner(CustomPartitionerFn):
         return f"offload-{_source_hash()}-{self.config.fingerprint()}"
 
 
-def _simulate(plan: GraphPlan, facts, baseline, hw, budget_bytes=None):
+def _simulate(plan: GraphPlan, facts, baseline, lanes, budget_bytes=None):
     """Simulate the plan's decisions; attach the timeline and the predictions."""
     decisions = {d.name: d.decision.value for d in plan.decisions}
-    final = planner.final_simulation(facts, decisions, hw)
+    final = planner.final_simulation(facts, decisions, lanes)
     plan.simulation, plan.baseline_simulation = final, baseline
     plan.predicted = predictions(baseline, final, budget_bytes)
     return final

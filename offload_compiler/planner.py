@@ -2,7 +2,7 @@
 
 1. Gather, for every tensor the forward saves: bytes, producer position, last forward
    use, first and last backward use, the cost to recompute it from what else is saved
-   (``costs.node_ms`` over its chain in the joint graph), and whether it may be
+   (``costs.NodeCosts`` over its chain in the joint graph), and whether it may be
    offloaded (``analyze_candidates``) or recomputed (no random op in the chain, no
    ``MUST_SAVE`` tag, a short chain).
 2. Solve (``solver.solve``) for the budget.
@@ -28,7 +28,7 @@ from passes import Candidate
 from passes.analyze_candidates import alias_closure, is_view_node, saved_values
 
 from .config import OffloadConfig
-from .costs import node_ms
+from .costs import NodeCosts, chain_ms
 from .hardware import HardwareProfile
 from .simulator import KEEP, OFFLOAD, RECOMPUTE, Lanes, SimResult, SimTensor, simulate
 from .solver import Option, Solution, solve
@@ -95,7 +95,8 @@ def _recompute_chain(joint: dict[str, fx.Node], name: str, saved: set[str]) -> t
 
 def gather(fw_gm: fx.GraphModule, bw_gm: fx.GraphModule, num_fwd_outputs: int,
            candidates: list[Candidate], joint_gm: fx.GraphModule | None,
-           hw: HardwareProfile) -> Facts:
+           cost: NodeCosts) -> Facts:
+    """Facts about ``fw_gm``/``bw_gm`` for the simulator; ``cost`` gives node run times."""
     fw_nodes = [n for n in fw_gm.graph.nodes if n.op == "call_function"]
     bw_nodes = [n for n in bw_gm.graph.nodes if n.op == "call_function"]
     fw_pos = {n: i for i, n in enumerate(fw_nodes)}
@@ -124,7 +125,7 @@ def gather(fw_gm: fx.GraphModule, bw_gm: fx.GraphModule, num_fwd_outputs: int,
         if tag == CheckpointPolicy.PREFER_SAVE and not why_not:
             why_not = "tagged PREFER_SAVE"
             chain = []
-        rc_ms = sum(node_ms(n, hw) for n in chain)
+        rc_ms = chain_ms(chain, cost) if chain else 0.0
         tensors.append(SimTensor(
             name=c.name, nbytes=c.nbytes, produced=fw_pos[node],
             last_fw_use=max([fw_pos[u] for u in users] + [fw_pos[node]]),
@@ -137,8 +138,8 @@ def gather(fw_gm: fx.GraphModule, bw_gm: fx.GraphModule, num_fwd_outputs: int,
             why_not_offload="" if c.eligible else c.reason, why_not_recompute=why_not,
         )
         chains[c.name] = [n.name for n in chain]
-    return Facts(fw_nodes, bw_nodes, [node_ms(n, hw) for n in fw_nodes],
-                 [node_ms(n, hw) for n in bw_nodes], tensors, options, chains)
+    return Facts(fw_nodes, bw_nodes, [cost(n) for n in fw_nodes],
+                 [cost(n) for n in bw_nodes], tensors, options, chains)
 
 
 def _bw_closure(placeholder: fx.Node) -> list[fx.Node]:
@@ -151,8 +152,10 @@ def _bw_closure(placeholder: fx.Node) -> list[fx.Node]:
     return out
 
 
-def lanes_of(hw: HardwareProfile) -> Lanes:
-    return Lanes(d2h_gbps=hw.d2h_gbps, h2d_gbps=hw.h2d_gbps)
+def lanes_of(hw: HardwareProfile, copy_margin: float = 0.0) -> Lanes:
+    """The copy lanes the planner plans with: the profile's bandwidths less ``copy_margin``."""
+    keep = 1.0 - copy_margin
+    return Lanes(d2h_gbps=hw.d2h_gbps * keep, h2d_gbps=hw.h2d_gbps * keep)
 
 
 def resolve_budget(memory_budget: Any, baseline_peak: int) -> int | None:
@@ -164,12 +167,12 @@ def resolve_budget(memory_budget: Any, baseline_peak: int) -> int | None:
     return int(memory_budget)
 
 
-def solve_facts(facts: Facts, config: OffloadConfig, hw: HardwareProfile,
+def solve_facts(facts: Facts, config: OffloadConfig, lanes: Lanes,
                 baseline_peak: int) -> Solution:
     """Solve for ``config``'s budget; ``baseline_peak`` is the peak with nothing moved."""
     budget = resolve_budget(config.memory_budget, baseline_peak)
     return solve(
-        facts.fw_ms, facts.bw_ms, facts.tensors, facts.options, lanes_of(hw),
+        facts.fw_ms, facts.bw_ms, facts.tensors, facts.options, lanes,
         budget_bytes=budget, max_overhead=config.max_overhead,
         host_cap_bytes=config.max_host_bytes,
     )
@@ -186,10 +189,10 @@ def tag_recompute(joint_gm: fx.GraphModule, chains: list[list[str]]) -> int:
     return count
 
 
-def final_simulation(facts: Facts, decisions: dict[str, str], hw: HardwareProfile) -> SimResult:
+def final_simulation(facts: Facts, decisions: dict[str, str], lanes: Lanes) -> SimResult:
     tensors = [dataclasses.replace(x, decision=decisions.get(x.name, KEEP)) for x in facts.tensors]
-    return simulate(facts.fw_ms, facts.bw_ms, tensors, lanes_of(hw), record=True)
+    return simulate(facts.fw_ms, facts.bw_ms, tensors, lanes, record=True)
 
 
-__all__ = ["Facts", "gather", "solve_facts", "tag_recompute", "final_simulation",
+__all__ = ["Facts", "Lanes", "gather", "solve_facts", "tag_recompute", "final_simulation", "lanes_of",
            "resolve_budget", "OFFLOAD", "RECOMPUTE", "KEEP"]

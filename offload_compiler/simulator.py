@@ -15,9 +15,11 @@ The model:
   for it before the first use; its memory is held from issue to its last use;
 - a recomputed tensor is not held between its last forward use and backward; it costs
   ``recompute_ms`` of compute right before its first backward use;
-- a kept tensor is held from production to its last backward use.
+- a kept tensor is held to its last backward use.
 
-Memory counts only saved activations: the *activation peak*.
+Memory counts only saved activations, and each only once forward is done with it
+(after its last forward use): until then every plan holds it alike, for forward's own
+use. That is the *activation peak*, the bytes held for backward.
 """
 
 from __future__ import annotations
@@ -94,11 +96,11 @@ def simulate(fw_ms: list[float], bw_ms: list[float], tensors: list[SimTensor], l
         order += 1
 
     produced_at: dict[int, list[SimTensor]] = {}
-    dropped_at: dict[int, list[SimTensor]] = {}  # recomputed: freed after the last fw use
+    held_from: dict[int, list[SimTensor]] = {}  # counted once forward is done with it
     for x in tensors:
         produced_at.setdefault(x.produced, []).append(x)
-        if x.decision == RECOMPUTE:
-            dropped_at.setdefault(x.last_fw_use, []).append(x)
+        if x.decision != RECOMPUTE:
+            held_from.setdefault(max(x.produced, x.last_fw_use), []).append(x)
 
     # ---- forward -------------------------------------------------------------
     t, stall, d2h_free = 0.0, 0.0, 0.0
@@ -113,8 +115,9 @@ def simulate(fw_ms: list[float], bw_ms: list[float], tensors: list[SimTensor], l
         if record and fw_ms[i] > 0:
             events.append(("compute", f"fw {i}", t, t + fw_ms[i]))
         t += fw_ms[i]
-        for x in produced_at.get(i, ()):
+        for x in held_from.get(i, ()):
             mem(t, x.nbytes)
+        for x in produced_at.get(i, ()):
             if x.decision == OFFLOAD:
                 start = max(t, d2h_free)
                 dur = copy_ms(x.nbytes, lanes.d2h_gbps)
@@ -123,8 +126,6 @@ def simulate(fw_ms: list[float], bw_ms: list[float], tensors: list[SimTensor], l
                 if record:
                     events.append(("d2h", x.name, start, start + dur))
                 pending.append(x)
-            elif x.decision == RECOMPUTE:
-                pass  # freed after its last forward use, below
         if pending:
             ready = [p for p in pending if _releases_now(p, i, t, copy_end, n_fw)]
             for x in ready:
@@ -135,8 +136,6 @@ def simulate(fw_ms: list[float], bw_ms: list[float], tensors: list[SimTensor], l
                 release_after[x.name] = i
             if ready:
                 pending = [p for p in pending if p.name not in release_after]
-        for x in dropped_at.get(i, ()):
-            mem(t, -x.nbytes)
     fw_end = t
     hidden = {name: max(0.0, min(copy_end[name], fw_end) - (copy_end[name] - copy_time[name]))
               for name in copy_end}

@@ -10,6 +10,9 @@ the budget:
 2. whatever remains, cheapest per byte first, by the cheaper of a recomputation and a
    copy that may not hide (each tried in the simulator, the cheaper first).
 
+3. with a fixed budget still not met, offloads traded for recomputations where that
+   lowers the peak (copies still in flight during forward can set the peak).
+
 With ``budget_bytes=None`` (``"auto"``) the target is zero bytes, and a change is
 taken only while the predicted step stays within ``(1 + max_overhead)`` times the
 baseline's: the least activation peak within the allowed overhead.
@@ -129,6 +132,20 @@ def solve(
         for _, choice in sorted(choices):
             if try_change(x, choice, limit_ms):
                 break
+
+    # Phase 3 (fixed budgets only): copies in flight during forward can set the peak
+    # themselves; where the budget is still not met, trade offloads for recomputation.
+    if budget_bytes is not None:
+        for x in sorted(tensors, key=lambda x: (x.recompute_ms / max(x.nbytes, 1), x.name)):
+            if current.peak_bytes <= target:
+                break
+            if decisions[x.name] == OFFLOAD and options[x.name].forced is None \
+                    and options[x.name].can_recompute:
+                host -= x.nbytes
+                decisions[x.name] = KEEP
+                if not try_change(x, RECOMPUTE, limit_ms):
+                    decisions[x.name] = OFFLOAD
+                    host += x.nbytes
 
     met = current.peak_bytes <= target if budget_bytes is not None else True
     note = ""

@@ -66,17 +66,24 @@ def anchor_before(node: fx.Node, floor: fx.Node | None = None) -> fx.Node | None
 
     Preferably the nearest extern kernel's result (a matmul: materialized anyway, so
     the anchor changes no fusion) at or before ``node`` and not before ``floor``;
-    otherwise the nearest computed tensor.
+    otherwise the nearest computed tensor, looking past ``floor`` if there is none
+    between (``None`` only when no tensor is computed before ``node`` at all: the op
+    then belongs at the top of the graph).
     """
     nearest = None
+    past_floor = False
     cur = node
     while cur is not None and cur.op != "root":
         if is_tensor_op(cur):
-            nearest = nearest or cur
-            if _is_extern(cur):
+            if _is_extern(cur) and not past_floor:
                 return cur
+            nearest = nearest or cur
+            if past_floor:
+                return nearest
         if cur is floor:
-            break
+            if nearest is not None:
+                return nearest
+            past_floor = True
         cur = cur.prev
     return nearest
 

@@ -35,3 +35,17 @@ def test_unknown_strategy_is_refused():
 
     with pytest.raises(ValueError, match="valid strategies"):
         compare.compare(strategies=["magic"])
+
+
+def test_offload_options_reach_the_offload_rows_and_bad_ones_fail_early(tmp_path):
+    import pytest
+
+    with pytest.raises(ValueError, match="copy_margin"):
+        compare.compare(strategies=["offload:auto"], offload_options={"copy_margin": 2})
+    with pytest.raises(ValueError, match="strategy name sets them"):
+        compare.compare(strategies=["offload:auto"], offload_options={"memory_budget": 0.5})
+    (row,) = compare.compare(preset="tiny", device="cpu", steps=1, warmup=0,
+                             strategies=["offload:0.5"], out=tmp_path,
+                             offload_options={"dump_dir": str(tmp_path / "dump")})
+    assert row.status == "ok", row.note
+    assert list((tmp_path / "dump").glob("graph_*/plan.json"))

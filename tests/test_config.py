@@ -14,6 +14,7 @@ def test_defaults():
     assert c.memory_budget == "auto" and c.max_overhead == 0.03 and c.hardware is None
     assert c.devices == ("cuda",) and c.min_offload_bytes == 1 << 20
     assert c.max_host_bytes is None and c.prefetch_depth == 1
+    assert c.copy_margin == 0.15 and c.node_costs == "estimate"
 
 
 def test_from_options_and_frozen():
@@ -41,6 +42,10 @@ def test_from_options_and_frozen():
     ({"min_offload_bytes": 1.5}, "non-negative integer"),
     ({"max_host_bytes": "1GB"}, "non-negative integer or None"),
     ({"prefetch_depth": True}, "non-negative integer"),
+    ({"copy_margin": 1.0}, "number in [0, 1)"),
+    ({"copy_margin": -0.1}, "number in [0, 1)"),
+    ({"copy_margin": "15%"}, "number in [0, 1)"),
+    ({"node_costs": "measure"}, "('estimate', 'profile')"),
 ])
 def test_bad_options_name_the_valid_values(options, fragment):
     with pytest.raises(ValueError) as err:

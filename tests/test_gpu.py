@@ -321,3 +321,24 @@ def test_cost_model_parity_and_memory_at_budgets():
         b = backend(inner_compiler="eager", policy="cost_model", memory_budget=budget)
         assert_bitwise(ref, _steps(model, b, 3))
         print(budget, b.plans[0].summary())
+
+
+def test_profiling_mode_times_extern_kernels_and_keeps_gradients():
+    from offload_compiler import costs
+
+    costs._timed.clear()
+    model = _model()
+    ref = _steps(model, _eager("none"), 2)
+    b = backend(inner_compiler="eager", policy="cost_model", node_costs="profile", memory_budget=0.5)
+    assert_bitwise(ref, _steps(model, b, 2))
+    timed = {k: v for k, v in costs._timed.items() if v is not None}
+    print(len(timed), "signatures timed;", sorted(timed.values())[-3:])
+    ops = {k[0] for k in timed}
+    # Attention runs as the math backend here (bitwise checks): bmm, mm and addmm.
+    assert {"aten.mm.default", "aten.addmm.default", "aten.bmm.default"} <= ops, ops
+    assert all(0 < v < 1000 for v in timed.values())
+    estimate = backend(inner_compiler="eager", policy="cost_model", memory_budget=0.5)
+    _steps(model, estimate, 1)
+    # The plans differ only through node times: both were made, with predictions.
+    assert b.plans[0].predicted["step_ms"] > 0 and estimate.plans[0].predicted["step_ms"] > 0
+    print("profiled", b.plans[0].predicted["step_ms"], "estimated", estimate.plans[0].predicted["step_ms"])

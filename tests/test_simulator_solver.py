@@ -42,6 +42,27 @@ def test_keep_and_recompute_memory():
     assert rec.end_of_forward_bytes == MB
 
 
+def test_counted_once_forward_is_done_with_it():
+    # A (kept) is read again by op2; B (recomputed) is made and last read by op1.
+    # Until op2 ends A is forward's own working memory, held by every plan alike, and
+    # B is not held for backward: forward counts A alone, from t=3. In backward B is
+    # rebuilt (0.5 ms) for op0 while A is still held: that is the peak.
+    r = simulate([1, 1, 1], [1, 1], [T("A", MB, 0, 2, 1, 1), T("B", 2 * MB, 1, 1, 0, 0, RECOMPUTE, 0.5)],
+                 LANES, record=True)
+    assert r.memory == [(3, MB), (3.5, 3 * MB), (4.5, MB), (5.5, 0)]
+    assert r.end_of_forward_bytes == MB
+    assert r.peak_bytes == 3 * MB and r.peak_time_ms == 3.5
+
+
+def test_copy_margin_slows_planned_copies():
+    from offload_compiler.planner import lanes_of
+    from offload_compiler.hardware import CPU_PROFILE
+
+    lanes = lanes_of(CPU_PROFILE, 0.15)
+    assert lanes.d2h_gbps == pytest.approx(8.5) and lanes.h2d_gbps == pytest.approx(8.5)
+    assert lanes_of(CPU_PROFILE) == Lanes(10.0, 10.0)
+
+
 def _opts(names, offload=True, recompute=True):
     return {n: Option(can_offload=offload, can_recompute=recompute,
                       why_not_offload="" if offload else "no", why_not_recompute="" if recompute else "no")
