@@ -3,10 +3,20 @@
     TORCHINDUCTOR_FORCE_DISABLE_CACHES=1 python benchmarks/profile_step.py --preset h100 \
         --configs none,auto,0.2 --out $OUT/profile
 
-For each configuration (``none``: ``policy="none"``; ``auto`` or a budget such as
-``0.2``: ``policy="cost_model"`` with that ``memory_budget``): compile the example GPT,
-warm up, time ``--steps`` steps (median), then record ``--profile-steps`` steps with
-``torch.profiler`` and read its Chrome trace:
+For each configuration (``inductor`` or ``sac``: plain Inductor, or with SAC saving
+matmul and attention outputs; ``none`` / ``all``: the offload backend with that
+policy; ``auto`` or a budget such as ``0.2``: ``policy="cost_model"`` with that
+``memory_budget``; ``--options`` adds OffloadConfig options): compile the example GPT,
+warm up, time ``--steps`` steps, then record ``--profile-steps`` steps with
+``torch.profiler`` and read its Chrome trace. Unprofiled figures (the profiler slows
+kernels by a few percent, so these are the ones to quote):
+
+- ``step_ms``: median wall time of a step, synchronised after each;
+  ``event_step_ms`` / ``event_fw_ms``: the same step and its forward by CUDA events;
+  ``back_to_back_ms``: mean step with no synchronisation between steps;
+  ``host_fw_ms`` / ``host_bw_ms``: host time to launch forward / backward.
+
+Profiled figures, per step:
 
 - ``compute_busy_ms``: kernel time on the compute stream (the stream with the most
   kernel time), per step; ``compute_idle_ms``: the step's GPU span minus that, the
@@ -16,7 +26,9 @@ warm up, time ``--steps`` steps (median), then record ``--profile-steps`` steps 
 - ``gemm``, ``attention``, ``triton``, ``other``: compute-stream kernel time by kind;
 - ``d2h_ms`` / ``h2d_ms``: copy time per direction, per step;
 - the planner's predictions for the same graph (step, forward, backward, stall, and
-  the baseline step it compared against).
+  the baseline step it compared against);
+- ``stalls`` (printed, and in the JSON): the longest waits of the compute stream, with
+  the copy that ended at the same moment, if any.
 
 Prints a table last; ``--out`` gets one Chrome trace per configuration and
 ``profile.json``.

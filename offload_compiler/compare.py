@@ -158,8 +158,12 @@ def run_strategy(spec: dict[str, Any]) -> Row:
     if compiled is None:
         return row
 
-    def step():
+    after_forward: list[int] = []
+
+    def step(record: bool = False):
         out = compiled(*batch)
+        if record and device.type == "cuda":
+            after_forward.append(torch.cuda.memory_allocated(device))
         loss = out if out.dim() == 0 else out.float().mean()
         loss.backward()
         return loss
@@ -180,25 +184,27 @@ def run_strategy(spec: dict[str, Any]) -> Row:
         for _ in range(spec["warmup"]):
             step()
             model.zero_grad(set_to_none=True)
-        times, act, peaks = [], [], []
+        times, act, peaks, held = [], [], [], []
         for _ in range(spec["steps"]):
             sync()
             if device.type == "cuda":
                 torch.cuda.reset_peak_memory_stats(device)
                 before = torch.cuda.memory_allocated(device)
             t0 = time.perf_counter()
-            step()
+            step(record=True)
             sync()
             times.append((time.perf_counter() - t0) * 1e3)
             if device.type == "cuda":
                 peaks.append(torch.cuda.max_memory_allocated(device))
                 act.append(peaks[-1] - before)
+                held.append(after_forward[-1] - before)
             model.zero_grad(set_to_none=True)
     row.step_ms = statistics.median(times)
     row.tokens_per_s = tokens / (row.step_ms / 1e3)
     if peaks:
         row.peak_gib = max(peaks) / 2**30
         row.activation_gib = max(act) / 2**30
+        row.extra["held_after_forward_gib"] = max(held) / 2**30
     backend = getattr(compiled, "_offload_backend", None)
     if backend is not None and backend.plans:
         p = backend.plans[0].predicted
@@ -206,6 +212,8 @@ def run_strategy(spec: dict[str, Any]) -> Row:
             row.extra["predicted_step_ms"] = sum(b.predicted.get("step_ms", 0) for b in backend.plans)
             row.extra["predicted_activation_gib"] = sum(
                 b.predicted.get("activation_peak_bytes", 0) for b in backend.plans) / 2**30
+            row.extra["predicted_baseline_activation_gib"] = sum(
+                b.predicted.get("baseline_activation_peak_bytes", 0) for b in backend.plans) / 2**30
         row.extra["offloaded_gib"] = sum(b.offloaded_bytes for b in backend.plans) / 2**30
         row.extra["recomputed"] = sum(len(b.recomputed) for b in backend.plans)
     return row

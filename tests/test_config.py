@@ -85,3 +85,11 @@ def test_make_backend_takes_config_dict_or_keywords():
 def test_fingerprint_changes_with_options():
     assert OffloadConfig().fingerprint() != OffloadConfig(policy="none").fingerprint()
     assert OffloadConfig().fingerprint() == OffloadConfig().fingerprint()
+
+
+def test_every_option_is_documented_in_the_readme():
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    missing = [name for name in option_names() if f"| `{name}` |" not in readme]
+    assert not missing, f"options without a row in README.md's table: {missing}"
