@@ -116,12 +116,12 @@ def analyze_trace(trace: dict, steps: int) -> dict:
     # The longest waits of the compute stream, and the copy that ended each, if any.
     t0 = min(e["ts"] for e in kernels)
     ordered = sorted(kernels, key=lambda e: e["ts"])
-    copies_by_end = [e for e in gpu if e["cat"] == "gpu_memcpy"]
+    memcpys = [e for e in gpu if e["cat"] == "gpu_memcpy"]
     gaps = []
     for a, b in zip(ordered, ordered[1:]):
         start, end = a["ts"] + a["dur"], b["ts"]
         if end - start > 100:
-            ended = [c for c in copies_by_end if abs(c["ts"] + c["dur"] - end) < 20]
+            ended = [c for c in memcpys if abs(c["ts"] + c["dur"] - end) < 20]
             gaps.append({"at_ms": round((start - t0) / 1e3, 2), "ms": round((end - start) / 1e3, 3),
                          "before": b["name"][:60],
                          "copy": ended[0]["name"][:30] if ended else None,

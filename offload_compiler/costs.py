@@ -161,30 +161,23 @@ class NodeCosts:
     Each distinct signature (op, argument shapes, strides, dtypes, devices and plain
     arguments) is timed once per process: random inputs of those shapes, one warm-up,
     then ``repeat`` runs back to back (as kernels run in a step), three times; the
-    median per run. A node that cannot be run (an error, no
-    memory, an unbacked size) falls back to the estimate. CPU nodes always estimate.
+    median per run. A node that cannot be run (an error, no memory, an unbacked size)
+    falls back to the estimate. CPU nodes always estimate.
     """
 
     def __init__(self, hw: HardwareProfile, profile: bool = False, repeat: int = 5) -> None:
         self.hw = hw
         self.profile = profile
         self.repeat = repeat
-        self.measured: dict[tuple, float] = {}
-        """Signatures timed for this planner run, with their milliseconds."""
 
     def __call__(self, node: fx.Node) -> float:
-        if not (self.profile and _extern(node) and _device_type(node) == "cuda"):
-            return node_ms(node, self.hw)
-        key = _signature(node)
-        if key is None:
-            return node_ms(node, self.hw)
-        if key not in _timed:
+        key = None
+        if self.profile and _extern(node) and _device_type(node) == "cuda":
+            key = _signature(node)
+        if key is not None and key not in _timed:
             _timed[key] = _time_node(node, self.repeat)
-        ms = _timed[key]
-        if ms is None:
-            return node_ms(node, self.hw)
-        self.measured[key] = ms
-        return ms
+        ms = _timed.get(key) if key is not None else None
+        return node_ms(node, self.hw) if ms is None else ms
 
 
 # Measured times by signature, for the life of the process (shared across graphs).

@@ -1,15 +1,14 @@
 """Solver: KEEP, OFFLOAD or RECOMPUTE per saved activation, under a memory budget.
 
 Pure function on plain lists (see :func:`solve`); the timeline simulator scores plans.
-Greedy, in two phases, each stopping once the predicted activation peak is within
-the budget:
+Greedy, in up to three phases, each stopping once the predicted activation peak is
+within the budget:
 
 1. offloads whose copy the simulator finds hidden behind compute (they cost nothing),
    those dearest to recompute per byte first: the copy engine's time in forward is
    scarce, and cheap pointwise results are better recomputed;
 2. whatever remains, cheapest per byte first, by the cheaper of a recomputation and a
-   copy that may not hide (each tried in the simulator, the cheaper first).
-
+   copy that may not hide (each tried in the simulator, the cheaper first);
 3. with a fixed budget still not met, offloads traded for recomputations where that
    lowers the peak (copies still in flight during forward can set the peak).
 
@@ -91,10 +90,9 @@ def solve(
             current.peak_bytes, current.end_of_forward_bytes)
         if result.step_ms > max_step or not better:
             return False
+        host += x.nbytes * ((choice == OFFLOAD) - (decisions[x.name] == OFFLOAD))
         decisions[x.name] = choice
         current = result
-        if choice == OFFLOAD:
-            host += x.nbytes
         return True
 
     # Phase 1: hidden offloads; the copy engine's time is scarce, so tensors dearest to
@@ -141,11 +139,7 @@ def solve(
                 break
             if decisions[x.name] == OFFLOAD and options[x.name].forced is None \
                     and options[x.name].can_recompute:
-                host -= x.nbytes
-                decisions[x.name] = KEEP
-                if not try_change(x, RECOMPUTE, limit_ms):
-                    decisions[x.name] = OFFLOAD
-                    host += x.nbytes
+                try_change(x, RECOMPUTE, limit_ms)
 
     met = current.peak_bytes <= target if budget_bytes is not None else True
     note = ""
