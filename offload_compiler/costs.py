@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 import torch.fx as fx
-from torch.utils.flop_counter import flop_registry
+from torch.utils.flop_counter import flop_registry, sdpa_backward_flop_count, sdpa_flop_count
 
 from passes.analyze_candidates import is_view_node, size_hint, tensor_nbytes
 
@@ -46,11 +46,35 @@ def _tensor_bytes(x) -> int:
     return 0
 
 
+def _shape(x):
+    return x.shape if isinstance(x, torch.Tensor) else None
+
+
+def _cpu_attention_flops(query, key, value, *args, **kwargs):
+    return sdpa_flop_count(_shape(query), _shape(key), _shape(value))
+
+
+def _cpu_attention_backward_flops(grad_out, query, key, value, *args, **kwargs):
+    return sdpa_backward_flop_count(_shape(grad_out), _shape(query), _shape(key), _shape(value))
+
+
+#: Ops torch's flop counter has no formula for, counted like their CUDA counterparts
+#: (the CPU flash attention of loopback runs and offline planning).
+_EXTRA_FLOPS = {
+    "_scaled_dot_product_flash_attention_for_cpu": _cpu_attention_flops,
+    "_scaled_dot_product_flash_attention_for_cpu_backward": _cpu_attention_backward_flops,
+}
+
+
 def node_flops(node: fx.Node) -> int:
     """FLOPs of ``node`` by torch's flop formulas (0 for ops it does not count)."""
     target = node.target
     packet = getattr(target, "overloadpacket", None)
     fn = flop_registry.get(packet) if packet is not None else None
+    if fn is None and packet is not None:
+        extra = _EXTRA_FLOPS.get(packet.__name__)
+        if extra is not None:
+            fn = lambda *a, out_val=None, **k: extra(*a, **k)  # noqa: E731
     if fn is None:
         return 0
     try:
@@ -71,7 +95,7 @@ def _free(node: fx.Node) -> bool:
             or node.target in ops.TRANSFER_OPS or is_view_node(node))
 
 
-def _extern(node: fx.Node) -> bool:
+def is_extern(node: fx.Node) -> bool:
     """A kernel of its own (matmul, attention, convolution): what Inductor does not fuse."""
     return node.op == "call_function" and not _free(node) and node_flops(node) > 0
 
@@ -79,7 +103,7 @@ def _extern(node: fx.Node) -> bool:
 def _materialized(node: fx.Node) -> bool:
     """Whether Inductor likely writes ``node`` to memory: a graph input, an extern
     kernel's result, or a value an extern kernel or the graph output reads."""
-    if node.op == "placeholder" or _extern(node):
+    if node.op == "placeholder" or is_extern(node):
         return True
     todo, seen = list(node.users), set()
     while todo:  # look through views and getitems
@@ -87,7 +111,7 @@ def _materialized(node: fx.Node) -> bool:
         if u in seen:
             continue
         seen.add(u)
-        if u.op == "output" or _extern(u):
+        if u.op == "output" or is_extern(u):
             return True
         if _free(u):
             todo.extend(u.users)
@@ -135,19 +159,19 @@ def chain_ms(chain: list[fx.Node], cost: "NodeCosts") -> float:
     inside = set(chain)
     total, reads, writes = 0.0, set(), set()
     root = _storage_owner(chain[0])
-    if root in inside and not _extern(root):
+    if root in inside and not is_extern(root):
         writes.add(root)
     for n in chain:
         if _free(n):
             continue
-        if _extern(n):
+        if is_extern(n):
             total += cost(n)
             writes.update(_storage_owner(a) for a in n.all_input_nodes
-                          if _storage_owner(a) in inside and not _extern(_storage_owner(a)))
+                          if _storage_owner(a) in inside and not is_extern(_storage_owner(a)))
             continue
         for a in n.all_input_nodes:
             owner = _storage_owner(a)
-            if owner not in inside or _extern(owner):
+            if owner not in inside or is_extern(owner):
                 reads.add(owner)
     nbytes = sum(_tensor_bytes(n.meta.get("val")) for n in reads | writes)
     launches = len(writes) * cost.hw.launch_us / 1e3
@@ -172,7 +196,7 @@ class NodeCosts:
 
     def __call__(self, node: fx.Node) -> float:
         key = None
-        if self.profile and _extern(node) and _device_type(node) == "cuda":
+        if self.profile and is_extern(node) and _device_type(node) == "cuda":
             key = _signature(node)
         if key is not None and key not in _timed:
             _timed[key] = _time_node(node, self.repeat)

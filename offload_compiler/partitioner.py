@@ -8,6 +8,8 @@ for the scope of one ``compile_fx`` call, never globally.
 
 from __future__ import annotations
 
+import dataclasses
+
 import hashlib
 import itertools
 import logging
@@ -35,6 +37,9 @@ from .hardware import profile_for
 from .plan import GraphPlan, choose, decide_from_solution, offloads_of, predictions
 
 log = logging.getLogger("offload_compiler")
+
+#: Solve, repartition, check against a fixed budget: at most this many times.
+MAX_ROUNDS = 3
 
 _graph_ids = itertools.count()
 
@@ -118,15 +123,31 @@ class OffloadPartitioner(CustomPartitionerFn):
         cost, lanes = self._cost_model(candidates)
         facts = planner.gather(fw_gm, bw_gm, num_fwd_outputs, candidates, joint_gm, cost)
         baseline = planner.final_simulation(facts, {}, lanes)
-        solution = planner.solve_facts(facts, self.config, lanes, baseline.peak_bytes)
         earlier = {c.name: c for c in candidates}
-        recompute = [n for n, d in solution.decisions.items() if d == planner.RECOMPUTE]
-        if recompute:
-            planner.tag_recompute(joint_gm, [facts.chains[n] for n in recompute])
-            fw_gm, bw_gm = min_cut_rematerialization_partition(joint_gm, joint_inputs, **kwargs)
-            dumper.stage("recomputed", fw_gm, bw_gm)
-            candidates = self._analyze(fw_gm, bw_gm, num_fwd_outputs)
-            facts = planner.gather(fw_gm, bw_gm, num_fwd_outputs, candidates, None, cost)
+        recomputed: dict[str, str] = {}  # name -> reason, over all rounds
+        for _ in range(MAX_ROUNDS):
+            solution = planner.solve_facts(facts, self.config, lanes, baseline.peak_bytes)
+            recompute = [n for n, d in solution.decisions.items() if d == planner.RECOMPUTE]
+            recomputed.update((n, solution.reasons[n]) for n in recompute)
+            if recompute:
+                planner.tag_recompute(joint_gm, [facts.chains[n] for n in recompute])
+                fw_gm, bw_gm = min_cut_rematerialization_partition(joint_gm, joint_inputs, **kwargs)
+                dumper.stage("recomputed", fw_gm, bw_gm)
+                candidates = self._analyze(fw_gm, bw_gm, num_fwd_outputs)
+                earlier.update((c.name, c) for c in candidates if c.name not in earlier)
+                facts = planner.gather(fw_gm, bw_gm, num_fwd_outputs, candidates, joint_gm, cost)
+            decisions = {n: d for n, d in solution.decisions.items() if d != planner.RECOMPUTE}
+            final = planner.final_simulation(facts, decisions, lanes)
+            budget = solution.budget_bytes
+            # The partition that realises the recomputation is not the one the solver
+            # saw (recomputed ops move into backward, reloads are issued elsewhere): where
+            # it misses a fixed budget, solve again on it for what is left.
+            if budget is None or not recompute or final.peak_bytes <= budget:
+                break
+        solution = dataclasses.replace(
+            solution,
+            decisions={**solution.decisions, **{n: planner.RECOMPUTE for n in recomputed}},
+            reasons={**solution.reasons, **recomputed})
         plan = decide_from_solution(candidates, solution, graph_id, earlier)
         final = _simulate(plan, facts, baseline, lanes, solution.budget_bytes)
         budget = solution.budget_bytes

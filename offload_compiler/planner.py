@@ -28,7 +28,7 @@ from passes import Candidate
 from passes.analyze_candidates import alias_closure, is_view_node, saved_values
 
 from .config import OffloadConfig
-from .costs import NodeCosts, chain_ms
+from .costs import NodeCosts, chain_ms, is_extern
 from .hardware import HardwareProfile
 from .simulator import KEEP, OFFLOAD, RECOMPUTE, Lanes, SimResult, SimTensor, simulate
 from .solver import Option, Solution, solve
@@ -138,8 +138,30 @@ def gather(fw_gm: fx.GraphModule, bw_gm: fx.GraphModule, num_fwd_outputs: int,
             why_not_offload="" if c.eligible else c.reason, why_not_recompute=why_not,
         )
         chains[c.name] = [n.name for n in chain]
+    tensors = _share_recomputation(tensors, chains, joint, cost)
     return Facts(fw_nodes, bw_nodes, [cost(n) for n in fw_nodes],
                  [cost(n) for n in bw_nodes], tensors, options, chains)
+
+
+def _share_recomputation(tensors: list[SimTensor], chains: dict[str, list[str]],
+                         joint: dict[str, fx.Node], cost: NodeCosts) -> list[SimTensor]:
+    """Group tensors whose recompute chains run the same extern kernels (q, k and v,
+    views of one projection; an attention's output and its logsumexp): recomputing a
+    second one of a group costs its chain less those kernels, which run once."""
+    by_kernels: dict[tuple[str, ...], list[int]] = {}
+    for i, x in enumerate(tensors):
+        kernels = tuple(sorted(n for n in chains.get(x.name, ()) if is_extern(joint[n])))
+        if kernels:
+            by_kernels.setdefault(kernels, []).append(i)
+    out = list(tensors)
+    for kernels, members in by_kernels.items():
+        if len(members) < 2:
+            continue
+        shared = sum(cost(joint[n]) for n in kernels)
+        for i in members:
+            x = out[i]
+            out[i] = dataclasses.replace(x, group=kernels[0], shared_ms=min(shared, x.recompute_ms))
+    return out
 
 
 def _bw_closure(placeholder: fx.Node) -> list[fx.Node]:

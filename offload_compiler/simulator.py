@@ -14,7 +14,8 @@ The model:
   the H2D lane allows while still finishing before the first use); compute waits
   for it before the first use; its memory is held from issue to its last use;
 - a recomputed tensor is not held between its last forward use and backward; it costs
-  ``recompute_ms`` of compute right before its first backward use;
+  ``recompute_ms`` of compute right before its first backward use, less ``shared_ms``
+  when another tensor of its ``group`` was recomputed before it;
 - a kept tensor is held to its last backward use.
 
 Memory counts only saved activations, and each only once forward is done with it
@@ -50,6 +51,12 @@ class SimTensor:
     """Forward op after which it is released (offload only)."""
     reload_before: int | None = None
     """Backward op before which its reload is issued (offload only)."""
+    group: str = ""
+    """Tensors with the same non-empty ``group`` share part of their recomputation
+    (one matmul whose output they all view): it runs once, for the first of them
+    recomputed in backward."""
+    shared_ms: float = 0.0
+    """The part of ``recompute_ms`` that the group shares."""
 
 
 @dataclass(frozen=True)
@@ -170,6 +177,7 @@ def simulate(fw_ms: list[float], bw_ms: list[float], tensors: list[SimTensor], l
     # ---- backward: run ---------------------------------------------------------
     h2d_free = max(t, d2h_free)  # a reload never starts before the copy out ended
     reload_end: dict[str, float] = {}
+    groups_done: set[str] = set()
     for k in range(n_bw):
         for x in issue_at.get(k, ()):
             start = max(t, h2d_free, copy_end[x.name])
@@ -185,9 +193,13 @@ def simulate(fw_ms: list[float], bw_ms: list[float], tensors: list[SimTensor], l
                 stall += wait
                 t += wait
             elif x.decision == RECOMPUTE:
-                if record and x.recompute_ms > 0:
-                    events.append(("compute", f"recompute {x.name}", t, t + x.recompute_ms))
-                t += x.recompute_ms
+                ms = x.recompute_ms
+                if x.group:
+                    ms -= x.shared_ms if x.group in groups_done else 0.0
+                    groups_done.add(x.group)
+                if record and ms > 0:
+                    events.append(("compute", f"recompute {x.name}", t, t + ms))
+                t += ms
                 mem(t, x.nbytes)
         if record and bw_ms[k] > 0:
             events.append(("compute", f"bw {k}", t, t + bw_ms[k]))

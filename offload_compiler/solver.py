@@ -63,6 +63,16 @@ def solve(
     tolerance_ms: float | None = None,
 ) -> Solution:
     by_name = {x.name: x for x in tensors}
+    group_size: dict[str, int] = {}
+    for x in tensors:
+        if x.group:
+            group_size[x.group] = group_size.get(x.group, 0) + 1
+
+    def rc_ms(x: SimTensor) -> float:
+        """Recompute cost with a group's shared kernels split among its members."""
+        if not x.group:
+            return x.recompute_ms
+        return x.recompute_ms - x.shared_ms * (1 - 1 / group_size[x.group])
     decisions = {x.name: options[x.name].forced or KEEP for x in tensors}
 
     def run(dec: dict[str, str]) -> SimResult:
@@ -86,8 +96,13 @@ def solve(
         trial = dict(decisions)
         trial[x.name] = choice
         result = run(trial)
-        better = (result.peak_bytes, result.end_of_forward_bytes) < (
-            current.peak_bytes, current.end_of_forward_bytes)
+        # A lower peak, or the same peak with less held at the end of forward at no cost
+        # in time: a change that only moves bytes out of forward (the peak then falls
+        # in backward, where the same bytes come back) would cost time for nothing.
+        better = result.peak_bytes < current.peak_bytes or (
+            result.peak_bytes == current.peak_bytes
+            and result.end_of_forward_bytes < current.end_of_forward_bytes
+            and result.step_ms <= current.step_ms + tol)
         if result.step_ms > max_step or not better:
             return False
         host += x.nbytes * ((choice == OFFLOAD) - (decisions[x.name] == OFFLOAD))
@@ -100,7 +115,7 @@ def solve(
     def recompute_per_byte(x: SimTensor) -> float:
         if not options[x.name].can_recompute:
             return float("inf")
-        return x.recompute_ms / max(x.nbytes, 1)
+        return rc_ms(x) / max(x.nbytes, 1)
 
     for x in sorted(tensors, key=lambda x: (-recompute_per_byte(x), x.produced, x.name)):
         if current.peak_bytes <= target:
@@ -114,7 +129,7 @@ def solve(
     def cost(x: SimTensor) -> float:
         costs = [round_trip_ms(x)] if options[x.name].can_offload else []
         if options[x.name].can_recompute:
-            costs.append(x.recompute_ms)
+            costs.append(rc_ms(x))
         return min(costs, default=float("inf")) / max(x.nbytes, 1)
 
     for x in sorted(tensors, key=lambda x: (cost(x), x.name)):
@@ -126,7 +141,7 @@ def solve(
         if options[x.name].can_offload:
             choices.append((round_trip_ms(x), OFFLOAD))
         if options[x.name].can_recompute:
-            choices.append((x.recompute_ms, RECOMPUTE))
+            choices.append((rc_ms(x), RECOMPUTE))
         for _, choice in sorted(choices):
             if try_change(x, choice, limit_ms):
                 break
@@ -134,12 +149,33 @@ def solve(
     # Phase 3 (fixed budgets only): copies in flight during forward can set the peak
     # themselves; where the budget is still not met, trade offloads for recomputation.
     if budget_bytes is not None:
-        for x in sorted(tensors, key=lambda x: (x.recompute_ms / max(x.nbytes, 1), x.name)):
+        for x in sorted(tensors, key=lambda x: (rc_ms(x) / max(x.nbytes, 1), x.name)):
             if current.peak_bytes <= target:
                 break
             if decisions[x.name] == OFFLOAD and options[x.name].forced is None \
                     and options[x.name].can_recompute:
                 try_change(x, RECOMPUTE, limit_ms)
+
+    # Phase 4: undo what the peak no longer needs. Greedy steps taken early can be made
+    # redundant by later ones (the peak moved elsewhere); keep again, dearest first,
+    # whatever can be kept without raising the peak above the bound, and faster.
+    bound = max(target, current.peak_bytes)
+
+    def undo_gain(x: SimTensor) -> float:
+        if decisions[x.name] == RECOMPUTE:
+            return rc_ms(x)
+        return copy_ms(x.nbytes, lanes.h2d_gbps)
+
+    undoable = [x for x in tensors if decisions[x.name] != KEEP and options[x.name].forced is None]
+    for x in sorted(undoable, key=lambda x: (-undo_gain(x), x.name)):
+        trial = dict(decisions)
+        trial[x.name] = KEEP
+        result = run(trial)
+        if result.peak_bytes <= bound and result.step_ms < current.step_ms - tol:
+            if decisions[x.name] == OFFLOAD:
+                host -= x.nbytes
+            decisions[x.name] = KEEP
+            current = result
 
     met = current.peak_bytes <= target if budget_bytes is not None else True
     note = ""
@@ -161,6 +197,8 @@ def _ms(x: float) -> str:
 def _reason(x: SimTensor, choice: str, opt: Option, result: SimResult, lanes: Lanes, met: bool) -> str:
     copy = copy_ms(x.nbytes, lanes.d2h_gbps)
     rc = _ms(x.recompute_ms) if opt.can_recompute else f"not possible ({opt.why_not_recompute})"
+    if opt.can_recompute and x.group and x.shared_ms > 0:
+        rc += f" ({_ms(x.shared_ms)} of it shared: run once for all values recomputed from {x.group})"
     if opt.forced:
         return f"{choice}: required by the model's checkpoint tag"
     if choice == OFFLOAD:
@@ -169,7 +207,7 @@ def _reason(x: SimTensor, choice: str, opt: Option, result: SimResult, lanes: La
                 f"compute; recompute would cost {rc}")
     if choice == RECOMPUTE:
         off = f"{_ms(copy)} each way" if opt.can_offload else f"not possible ({opt.why_not_offload})"
-        return f"recompute: {_ms(x.recompute_ms)} in backward; offload would copy {off}"
+        return f"recompute: {rc} in backward; offload would copy {off}"
     if not opt.can_offload and not opt.can_recompute:
         return (f"keep: cannot be offloaded ({opt.why_not_offload}) nor recomputed "
                 f"({opt.why_not_recompute})")

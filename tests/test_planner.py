@@ -181,3 +181,32 @@ def test_reloads_are_anchored_where_planned_not_hoisted_to_the_top(budget):
         if h2d.args[1] is None:
             (wait,) = [u for u in h2d.users if u.target is ops.WAIT]
             assert not any(is_tensor_op(n) for n in nodes[: nodes.index(wait)]), h2d.name
+
+
+def test_q_k_v_share_their_projection_when_recomputed(monkeypatch):
+    """q, k and v are views of one projection: recomputing all three runs its matmul
+    once, so the simulator charges that matmul to the first of them only."""
+    from offload_compiler import planner
+
+    seen = []
+    solve_facts = planner.solve_facts
+
+    def spy(facts, *args):
+        seen.append(facts)
+        return solve_facts(facts, *args)
+
+    monkeypatch.setattr(planner, "solve_facts", spy)
+    model, inputs = _gpt()
+    _plan(model, inputs, memory_budget=0.5)
+    facts = seen[0]
+    groups = {}
+    for x in facts.tensors:
+        if x.group:
+            groups.setdefault(x.group, []).append(x)
+    mm_groups = [g for k, g in groups.items() if k.startswith("mm")]
+    assert len(mm_groups) == 4, groups.keys()  # one qkv projection per layer
+    for members in mm_groups:
+        assert len(members) == 3
+        for x in members:
+            assert 0 < x.shared_ms < x.recompute_ms
+            assert x.shared_ms == members[0].shared_ms

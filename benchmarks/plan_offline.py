@@ -1,0 +1,115 @@
+"""What the planner decides for the example GPT at a GPU size, planned on a CPU.
+
+    python benchmarks/plan_offline.py --preset h100 --budgets auto,0.5,0.35,0.2 \
+        --hardware '{"d2h_gbps": 55.4, "h2d_gbps": 55.5}'
+
+Builds the model on the CPU in bf16 and compiles it with the offload backend in
+loopback mode (``devices=("cpu",)``) with a hardware profile given in full: the
+measured H200 profile of ``benchmarks/RESULTS.md`` unless ``--hardware`` overrides
+fields. Compilation stops once the planner has decided (nothing runs: the model is
+never executed at this size on a CPU), and the script prints, per budget, the
+planner's predictions and where its bytes went.
+
+The graph differs from the GPU's in one op: attention is the CPU flash kernel, costed
+with the CUDA kernel's FLOP formula. Use it to see the planner's choices and
+predicted trade-off without a GPU; measure on a GPU before quoting a step time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections import Counter
+from pathlib import Path
+
+import torch
+from tabulate import tabulate
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "examples"))
+
+import offload_compiler  # noqa: E402
+from gpt import GPT, PRESETS, make_batch, preset  # noqa: E402
+
+#: Calibrated by the backend on an NVIDIA H200 (benchmarks/RESULTS.md, session 1).
+H200_PROFILE = {"d2h_gbps": 55.4, "h2d_gbps": 55.5, "duplex_gbps": 101.0, "matmul_tflops": 756.0,
+                "matmul_fp32_tflops": 378.0, "memory_gbps": 4000.0, "launch_us": 4.0}
+
+
+class _Planned(Exception):
+    """Raised once the planner has decided, to stop compilation there."""
+
+
+class _StopAfterPlan(list):
+    def append(self, plan) -> None:
+        super().append(plan)
+        raise _Planned()
+
+
+def plan_once(model, inputs, options: dict):
+    backend = offload_compiler.make_backend(**options)
+    backend.plans = _StopAfterPlan()
+    torch._dynamo.reset()
+    try:
+        torch.compile(model, backend=backend)(*inputs)
+    except Exception as e:  # Dynamo wraps the stop in its own error
+        if not backend.plans:
+            raise RuntimeError(f"compilation failed before the planner decided: {e}") from e
+    return backend.plans[0]
+
+
+def _budget(text: str):
+    return text if text == "auto" else float(text)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--preset", default="h100", choices=sorted(PRESETS))
+    p.add_argument("--budgets", default="auto,0.5,0.35,0.2")
+    p.add_argument("--hardware", default="{}", help="JSON: profile fields to override")
+    p.add_argument("--options", default="{}", help="JSON: further OffloadConfig options")
+    p.add_argument("--decisions", action="store_true", help="print every decision and reason")
+    p.add_argument("--out", default=None, help="write the rows here as JSON")
+    args = p.parse_args(argv)
+    hardware = {**H200_PROFILE, **json.loads(args.hardware)}
+    extra = json.loads(args.options)
+    cfg = preset(args.preset)
+    torch.manual_seed(0)
+    with torch.device("cpu"):
+        model = GPT(cfg).to(torch.bfloat16)
+    inputs = make_batch(cfg, device="cpu")
+    rows = []
+    for text in args.budgets.split(","):
+        options = {"devices": ("cpu",), "hardware": hardware, "memory_budget": _budget(text),
+                   "policy": "cost_model", **extra}
+        plan = plan_once(model, inputs, options)
+        kinds = Counter()
+        for d in plan.decisions:
+            kinds[d.decision.value] += d.nbytes
+        pr = plan.predicted
+        rows.append({
+            "budget": text, "step_ms": pr["step_ms"], "baseline_step_ms": pr["baseline_step_ms"],
+            "stall_ms": pr["stall_ms"], "activation_gib": pr["activation_peak_bytes"] / 2**30,
+            "baseline_gib": pr["baseline_activation_peak_bytes"] / 2**30,
+            **{f"{k}_gib": kinds[k] / 2**30 for k in ("keep", "offload", "recompute")},
+            "recomputed": len(plan.recomputed), "note": plan.note,
+        })
+        if args.decisions:
+            print(f"== budget {text} ==")
+            for d in plan.decisions:
+                print(f"  {d.decision.value:9s} {d.name:28s} {d.nbytes / 2**20:8.1f} MiB  {d.reason}")
+    if args.out:
+        Path(args.out).write_text(json.dumps({"preset": args.preset, "hardware": hardware,
+                                              "options": extra, "rows": rows}, indent=1))
+    print(tabulate([[r["budget"], f"{r['step_ms']:.1f}", f"{r['step_ms'] / r['baseline_step_ms']:.3f}",
+                     f"{r['stall_ms']:.1f}", f"{r['activation_gib']:.2f}", f"{r['offload_gib']:.2f}",
+                     f"{r['recompute_gib']:.2f}", r["recomputed"], r["note"][:40]] for r in rows],
+                   headers=["budget", "pred step ms", "vs base", "stall ms", "act GiB", "offload GiB",
+                            "recompute GiB", "recomputed", "note"]))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
