@@ -125,8 +125,10 @@ class OffloadPartitioner(CustomPartitionerFn):
         baseline = planner.final_simulation(facts, {}, lanes)
         earlier = {c.name: c for c in candidates}
         recomputed: dict[str, str] = {}  # name -> reason, over all rounds
+        auto = self.config.memory_budget == "auto"
+        bound = None  # after the first round: the peak to hold the plan to
         for _ in range(MAX_ROUNDS):
-            solution = planner.solve_facts(facts, self.config, lanes, baseline.peak_bytes)
+            solution = planner.solve_facts(facts, self.config, lanes, baseline.peak_bytes, bound)
             recompute = [n for n, d in solution.decisions.items() if d == planner.RECOMPUTE]
             recomputed.update((n, solution.reasons[n]) for n in recompute)
             if recompute:
@@ -138,16 +140,20 @@ class OffloadPartitioner(CustomPartitionerFn):
                 facts = planner.gather(fw_gm, bw_gm, num_fwd_outputs, candidates, joint_gm, cost)
             decisions = {n: d for n, d in solution.decisions.items() if d != planner.RECOMPUTE}
             final = planner.final_simulation(facts, decisions, lanes)
-            budget = solution.budget_bytes
             # The partition that realises the recomputation is not the one the solver
             # saw (recomputed ops move into backward, reloads are issued elsewhere): where
-            # it misses a fixed budget, solve again on it for what is left.
-            if budget is None or not recompute or final.peak_bytes <= budget:
+            # it misses the budget (for "auto", the peak the solver found), solve again
+            # on it for what is left.
+            if bound is None:
+                bound = solution.budget_bytes if not auto else solution.result.peak_bytes
+            if not recompute or final.peak_bytes <= bound:
                 break
         solution = dataclasses.replace(
             solution,
             decisions={**solution.decisions, **{n: planner.RECOMPUTE for n in recomputed}},
             reasons={**solution.reasons, **recomputed})
+        if auto:
+            solution = dataclasses.replace(solution, budget_bytes=None, met=True, note="")
         plan = decide_from_solution(candidates, solution, graph_id, earlier)
         final = _simulate(plan, facts, baseline, lanes, solution.budget_bytes)
         budget = solution.budget_bytes

@@ -190,13 +190,14 @@ def resolve_budget(memory_budget: Any, baseline_peak: int) -> int | None:
 
 
 def solve_facts(facts: Facts, config: OffloadConfig, lanes: Lanes,
-                baseline_peak: int) -> Solution:
-    """Solve for ``config``'s budget; ``baseline_peak`` is the peak with nothing moved."""
-    budget = resolve_budget(config.memory_budget, baseline_peak)
+                baseline_peak: int, budget_bytes: int | None = None) -> Solution:
+    """Solve for ``config``'s budget (or ``budget_bytes``, when given); ``baseline_peak``
+    is the peak with nothing moved."""
+    budget = budget_bytes if budget_bytes is not None else resolve_budget(config.memory_budget, baseline_peak)
     return solve(
         facts.fw_ms, facts.bw_ms, facts.tensors, facts.options, lanes,
         budget_bytes=budget, max_overhead=config.max_overhead,
-        host_cap_bytes=config.max_host_bytes,
+        host_cap_bytes=config.max_host_bytes, for_auto=config.memory_budget == "auto",
     )
 
 

@@ -12,9 +12,13 @@ within the budget:
 3. with a fixed budget still not met, offloads traded for recomputations where that
    lowers the peak (copies still in flight during forward can set the peak).
 
+Then, for any budget, a fourth phase undoes what the peak no longer needs (a change an
+early step made that a later one made redundant), dearest first.
+
 With ``budget_bytes=None`` (``"auto"``) the target is zero bytes, and a change is
 taken only while the predicted step stays within ``(1 + max_overhead)`` times the
-baseline's: the least activation peak within the allowed overhead.
+baseline's; the fixed-budget solver is then bisected over budgets, and the plan with
+the least activation peak within the allowed overhead, of all those tried, is kept.
 """
 
 from __future__ import annotations
@@ -50,7 +54,55 @@ class Solution:
     nbytes: dict[str, int] = dataclasses.field(default_factory=dict)
 
 
+#: Bisection steps of ``"auto"``'s search over fixed budgets.
+AUTO_SEARCH_STEPS = 10
+
+
 def solve(
+    fw_ms: list[float],
+    bw_ms: list[float],
+    tensors: list[SimTensor],
+    options: dict[str, Option],
+    lanes: Lanes,
+    *,
+    budget_bytes: int | None,
+    max_overhead: float,
+    host_cap_bytes: int | None = None,
+    tolerance_ms: float | None = None,
+    for_auto: bool = False,
+) -> Solution:
+    """Decisions for ``budget_bytes`` (``None``: ``"auto"``); see the module docstring.
+    ``for_auto``: a fixed budget that ``"auto"`` chose; reasons are worded for auto."""
+    def greedy(budget: int | None) -> Solution:
+        return _greedy(fw_ms, bw_ms, tensors, options, lanes, budget_bytes=budget,
+                       max_overhead=max_overhead, host_cap_bytes=host_cap_bytes,
+                       tolerance_ms=tolerance_ms)
+
+    best = greedy(budget_bytes)
+    if budget_bytes is not None and not for_auto:
+        return best
+    # "auto": the greedy above moves tensors while the step allows, in one pass; a
+    # fixed budget's solver, which may move others instead, can reach a lower peak
+    # within the same overhead. Bisect on the budget and keep the lowest peak found.
+    limit_ms = best.baseline.step_ms * (1 + max_overhead)
+    lo, hi = 0, best.result.peak_bytes
+    for _ in range(AUTO_SEARCH_STEPS if budget_bytes is None else 0):
+        if hi - lo <= max(1, hi // 200):
+            break
+        mid = (lo + hi) // 2
+        trial = greedy(mid)
+        if trial.met and trial.result.step_ms <= limit_ms:
+            hi = mid
+            if (trial.result.peak_bytes, trial.result.step_ms) < (best.result.peak_bytes, best.result.step_ms):
+                best = trial
+        else:
+            lo = mid
+    reasons = {x.name: _reason(x, best.decisions[x.name], options[x.name], best.result, lanes, False)
+               for x in tensors}
+    return dataclasses.replace(best, reasons=reasons, budget_bytes=None, met=True, note="")
+
+
+def _greedy(
     fw_ms: list[float],
     bw_ms: list[float],
     tensors: list[SimTensor],
