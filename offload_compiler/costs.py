@@ -38,11 +38,11 @@ def _vals(x):
     return x
 
 
-def _tensor_bytes(x) -> int:
+def tensor_bytes(x) -> int:
     if isinstance(x, torch.Tensor):
         return tensor_nbytes(x) or 0
     if isinstance(x, (list, tuple)):
-        return sum(_tensor_bytes(v) for v in x)
+        return sum(tensor_bytes(v) for v in x)
     return 0
 
 
@@ -100,7 +100,7 @@ def is_extern(node: fx.Node) -> bool:
     return node.op == "call_function" and not _free(node) and node_flops(node) > 0
 
 
-def _materialized(node: fx.Node) -> bool:
+def is_materialized(node: fx.Node) -> bool:
     """Whether Inductor likely writes ``node`` to memory: a graph input, an extern
     kernel's result, or a value an extern kernel or the graph output reads."""
     if node.op == "placeholder" or is_extern(node):
@@ -130,12 +130,12 @@ def node_ms(node: fx.Node, hw: HardwareProfile) -> float:
     flops = node_flops(node)
     out = node.meta.get("val")
     if flops:
-        nbytes = _tensor_bytes(_vals(node.args)) + _tensor_bytes(out)
+        nbytes = tensor_bytes(_vals(node.args)) + tensor_bytes(out)
         return max(flops / hw.matmul_rate(_dtype(node)), nbytes / (hw.memory_gbps * 1e9)) * 1e3 \
             + hw.launch_us / 1e3
-    reads = sum(_tensor_bytes(a.meta.get("val")) for a in node.all_input_nodes
-                if _materialized(_storage_owner(a)))
-    writes = _tensor_bytes(out) if _materialized(node) else 0
+    reads = sum(tensor_bytes(a.meta.get("val")) for a in node.all_input_nodes
+                if is_materialized(_storage_owner(a)))
+    writes = tensor_bytes(out) if is_materialized(node) else 0
     launch = hw.launch_us / 1e3 if writes else 0.0
     return (reads + writes) / (hw.memory_gbps * 1e9) * 1e3 + launch
 
@@ -173,7 +173,7 @@ def chain_ms(chain: list[fx.Node], cost: "NodeCosts") -> float:
             owner = _storage_owner(a)
             if owner not in inside or is_extern(owner):
                 reads.add(owner)
-    nbytes = sum(_tensor_bytes(n.meta.get("val")) for n in reads | writes)
+    nbytes = sum(tensor_bytes(n.meta.get("val")) for n in reads | writes)
     launches = len(writes) * cost.hw.launch_us / 1e3
     return total + nbytes / (cost.hw.memory_gbps * 1e9) * 1e3 + launches
 

@@ -134,7 +134,6 @@ class OffloadPartitioner(CustomPartitionerFn):
             if recompute:
                 planner.tag_recompute(joint_gm, [facts.chains[n] for n in recompute])
                 fw_gm, bw_gm = min_cut_rematerialization_partition(joint_gm, joint_inputs, **kwargs)
-                dumper.stage("recomputed", fw_gm, bw_gm)
                 candidates = self._analyze(fw_gm, bw_gm, num_fwd_outputs)
                 earlier.update((c.name, c) for c in candidates if c.name not in earlier)
                 facts = planner.gather(fw_gm, bw_gm, num_fwd_outputs, candidates, joint_gm, cost)
@@ -148,6 +147,8 @@ class OffloadPartitioner(CustomPartitionerFn):
                 bound = solution.budget_bytes if not auto else solution.result.peak_bytes
             if not recompute or final.peak_bytes <= bound:
                 break
+        if recomputed:
+            dumper.stage("recomputed", fw_gm, bw_gm)
         solution = dataclasses.replace(
             solution,
             decisions={**solution.decisions, **{n: planner.RECOMPUTE for n in recomputed}},

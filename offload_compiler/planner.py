@@ -28,7 +28,7 @@ from passes import Candidate
 from passes.analyze_candidates import alias_closure, is_view_node, saved_values
 
 from .config import OffloadConfig
-from .costs import NodeCosts, chain_ms, is_extern
+from .costs import NodeCosts, chain_ms, is_extern, is_materialized, tensor_bytes
 from .hardware import HardwareProfile
 from .simulator import KEEP, OFFLOAD, RECOMPUTE, Lanes, SimResult, SimTensor, simulate
 from .solver import Option, Solution, solve
@@ -50,6 +50,8 @@ class Facts:
     options: dict[str, Option]
     chains: dict[str, list[str]]
     """Joint-graph node names to recompute for each tensor that may be recomputed."""
+    bw_out_bytes: list[int] = dataclasses.field(default_factory=list)
+    """Bytes each backward op writes to memory (its output, where materialized)."""
 
 
 def _is_random(node: fx.Node) -> bool:
@@ -139,8 +141,9 @@ def gather(fw_gm: fx.GraphModule, bw_gm: fx.GraphModule, num_fwd_outputs: int,
         )
         chains[c.name] = [n.name for n in chain]
     tensors = _share_recomputation(tensors, chains, joint, cost)
+    bw_out = [tensor_bytes(n.meta.get("val")) if is_materialized(n) else 0 for n in bw_nodes]
     return Facts(fw_nodes, bw_nodes, [cost(n) for n in fw_nodes],
-                 [cost(n) for n in bw_nodes], tensors, options, chains)
+                 [cost(n) for n in bw_nodes], tensors, options, chains, bw_out)
 
 
 def _share_recomputation(tensors: list[SimTensor], chains: dict[str, list[str]],
@@ -174,10 +177,17 @@ def _bw_closure(placeholder: fx.Node) -> list[fx.Node]:
     return out
 
 
-def lanes_of(hw: HardwareProfile, copy_margin: float = 0.0) -> Lanes:
-    """The copy lanes the planner plans with: the profile's bandwidths less ``copy_margin``."""
+#: Slack per copy, as a fraction of its duration (``Lanes.lead``). Measured on an H200:
+#: reloads planned to end just in time stalled backward by about 0.5 ms each, the
+#: compute before them running faster than estimated.
+COPY_LEAD = 0.5
+
+
+def lanes_of(hw: HardwareProfile, copy_margin: float = 0.0, lead: float = COPY_LEAD) -> Lanes:
+    """The copy lanes the planner plans with: the profile's bandwidths less ``copy_margin``,
+    and ``lead`` of slack per copy."""
     keep = 1.0 - copy_margin
-    return Lanes(d2h_gbps=hw.d2h_gbps * keep, h2d_gbps=hw.h2d_gbps * keep)
+    return Lanes(d2h_gbps=hw.d2h_gbps * keep, h2d_gbps=hw.h2d_gbps * keep, lead=lead)
 
 
 def resolve_budget(memory_budget: Any, baseline_peak: int) -> int | None:
@@ -198,6 +208,7 @@ def solve_facts(facts: Facts, config: OffloadConfig, lanes: Lanes,
         facts.fw_ms, facts.bw_ms, facts.tensors, facts.options, lanes,
         budget_bytes=budget, max_overhead=config.max_overhead,
         host_cap_bytes=config.max_host_bytes, for_auto=config.memory_budget == "auto",
+        bw_out_bytes=facts.bw_out_bytes,
     )
 
 
@@ -214,7 +225,7 @@ def tag_recompute(joint_gm: fx.GraphModule, chains: list[list[str]]) -> int:
 
 def final_simulation(facts: Facts, decisions: dict[str, str], lanes: Lanes) -> SimResult:
     tensors = [dataclasses.replace(x, decision=decisions.get(x.name, KEEP)) for x in facts.tensors]
-    return simulate(facts.fw_ms, facts.bw_ms, tensors, lanes, record=True)
+    return simulate(facts.fw_ms, facts.bw_ms, tensors, lanes, record=True, bw_out_bytes=facts.bw_out_bytes)
 
 
 __all__ = ["Facts", "Lanes", "gather", "solve_facts", "tag_recompute", "final_simulation", "lanes_of",

@@ -13,6 +13,8 @@ The model:
 - in backward its H2D copy is issued before op ``reload_before`` (``None``: as late as
   the H2D lane allows while still finishing before the first use); compute waits
   for it before the first use; its memory is held from issue to its last use;
+- ``Lanes.lead`` adds slack to both: a copy counts as done that fraction of its
+  duration after its planned end;
 - a recomputed tensor is not held between its last forward use and backward; it costs
   ``recompute_ms`` of compute right before its first backward use, less ``shared_ms``
   when another tensor of its ``group`` was recomputed before it;
@@ -20,7 +22,10 @@ The model:
 
 Memory counts only saved activations, and each only once forward is done with it
 (after its last forward use): until then every plan holds it alike, for forward's own
-use. That is the *activation peak*, the bytes held for backward.
+use. That is the *activation peak*, the bytes held for backward. With
+``bw_out_bytes``, the output a backward op writes counts too while that op runs: the
+gradient of a large activation is as large as it, and a recomputation that only
+moves the activation into the time of that op does not lower the peak.
 """
 
 from __future__ import annotations
@@ -63,6 +68,11 @@ class SimTensor:
 class Lanes:
     d2h_gbps: float
     h2d_gbps: float
+    lead: float = 0.0
+    """Slack per copy, as a fraction of its duration: a reload is planned to end this
+    much before its first use, and a release waits until this much after its copy's
+    planned end (compute often runs faster than estimated; a copy planned to end just
+    in time then stalls it)."""
 
 
 @dataclass
@@ -91,8 +101,9 @@ def copy_ms(nbytes: int, gbps: float) -> float:
 
 
 def simulate(fw_ms: list[float], bw_ms: list[float], tensors: list[SimTensor], lanes: Lanes,
-             *, record: bool = False) -> SimResult:
-    """Simulate one training step; see the module docstring for the model."""
+             *, record: bool = False, bw_out_bytes: list[int] | None = None) -> SimResult:
+    """Simulate one training step; see the module docstring for the model.
+    ``bw_out_bytes[k]``: bytes backward op ``k`` writes, held while it runs."""
     mem_deltas: list[tuple[float, int, int]] = []  # (time, order, delta)
     events: list[tuple[str, str, float, float]] = []
     order = 0
@@ -134,9 +145,9 @@ def simulate(fw_ms: list[float], bw_ms: list[float], tensors: list[SimTensor], l
                     events.append(("d2h", x.name, start, start + dur))
                 pending.append(x)
         if pending:
-            ready = [p for p in pending if _releases_now(p, i, t, copy_end, n_fw)]
+            ready = [p for p in pending if _releases_now(p, i, t, copy_end[p.name] + lanes.lead * copy_time[p.name], n_fw)]
             for x in ready:
-                wait = max(0.0, copy_end[x.name] - t)
+                wait = max(0.0, copy_end[x.name] + lanes.lead * copy_time[x.name] - t)
                 stall += wait
                 t += wait
                 mem(t, -x.nbytes)
@@ -161,7 +172,7 @@ def simulate(fw_ms: list[float], bw_ms: list[float], tensors: list[SimTensor], l
         if x.reload_before is not None:
             k = min(x.reload_before, x.first_bw_use)
         else:
-            latest_end = min(bw_start[x.first_bw_use], lane_next)
+            latest_end = min(bw_start[x.first_bw_use] - lanes.lead * dur, lane_next)
             k = max(0, bisect.bisect_right(bw_start, latest_end - dur, 0, x.first_bw_use + 1) - 1)
         reload_before[x.name] = k
         lane_next = bw_start[k]
@@ -203,7 +214,12 @@ def simulate(fw_ms: list[float], bw_ms: list[float], tensors: list[SimTensor], l
                 mem(t, x.nbytes)
         if record and bw_ms[k] > 0:
             events.append(("compute", f"bw {k}", t, t + bw_ms[k]))
+        out = bw_out_bytes[k] if bw_out_bytes else 0
+        if out:
+            mem(t, out)
         t += bw_ms[k]
+        if out:
+            mem(t, -out)
         for x in last_use.get(k, ()):
             mem(t, -x.nbytes)
 
@@ -227,9 +243,9 @@ def simulate(fw_ms: list[float], bw_ms: list[float], tensors: list[SimTensor], l
     )
 
 
-def _releases_now(x: SimTensor, i: int, t: float, copy_end: dict[str, float], n_fw: int) -> bool:
+def _releases_now(x: SimTensor, i: int, t: float, done_at: float, n_fw: int) -> bool:
     if x.release_after is not None:
         return i >= max(x.release_after, x.last_fw_use)
     if i < x.last_fw_use:
         return False
-    return copy_end[x.name] <= t or i == n_fw - 1
+    return done_at <= t or i == n_fw - 1

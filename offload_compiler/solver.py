@@ -13,7 +13,8 @@ within the budget:
    lowers the peak (copies still in flight during forward can set the peak).
 
 Then, for any budget, a fourth phase undoes what the peak no longer needs (a change an
-early step made that a later one made redundant), dearest first.
+early step made that a later one made redundant), dearest first, and swaps the dearest
+few changes for cheaper ones that keep the peak where it is.
 
 With ``budget_bytes=None`` (``"auto"``) the target is zero bytes, and a change is
 taken only while the predicted step stays within ``(1 + max_overhead)`` times the
@@ -56,6 +57,8 @@ class Solution:
 
 #: Bisection steps of ``"auto"``'s search over fixed budgets.
 AUTO_SEARCH_STEPS = 10
+#: Phase 4 tries to swap this many of the dearest decisions for cheaper ones.
+SWAP_TRIES = 8
 
 
 def solve(
@@ -70,13 +73,14 @@ def solve(
     host_cap_bytes: int | None = None,
     tolerance_ms: float | None = None,
     for_auto: bool = False,
+    bw_out_bytes: list[int] | None = None,
 ) -> Solution:
     """Decisions for ``budget_bytes`` (``None``: ``"auto"``); see the module docstring.
     ``for_auto``: a fixed budget that ``"auto"`` chose; reasons are worded for auto."""
     def greedy(budget: int | None) -> Solution:
         return _greedy(fw_ms, bw_ms, tensors, options, lanes, budget_bytes=budget,
                        max_overhead=max_overhead, host_cap_bytes=host_cap_bytes,
-                       tolerance_ms=tolerance_ms)
+                       tolerance_ms=tolerance_ms, bw_out_bytes=bw_out_bytes)
 
     best = greedy(budget_bytes)
     if budget_bytes is not None and not for_auto:
@@ -113,6 +117,7 @@ def _greedy(
     max_overhead: float,
     host_cap_bytes: int | None = None,
     tolerance_ms: float | None = None,
+    bw_out_bytes: list[int] | None = None,
 ) -> Solution:
     by_name = {x.name: x for x in tensors}
     group_size: dict[str, int] = {}
@@ -128,7 +133,8 @@ def _greedy(
     decisions = {x.name: options[x.name].forced or KEEP for x in tensors}
 
     def run(dec: dict[str, str]) -> SimResult:
-        return simulate(fw_ms, bw_ms, [dataclasses.replace(x, decision=dec[x.name]) for x in tensors], lanes)
+        return simulate(fw_ms, bw_ms, [dataclasses.replace(x, decision=dec[x.name]) for x in tensors], lanes,
+                        bw_out_bytes=bw_out_bytes)
 
     baseline = run({x.name: KEEP for x in tensors})
     current = run(decisions)
@@ -174,19 +180,23 @@ def _greedy(
             break
         if free(x) and options[x.name].can_offload:
             try_change(x, OFFLOAD, min(limit_ms, current.step_ms + tol))
-    # Phase 2: the cheaper of a recomputation and a (partly exposed) copy, per byte.
+    # Phase 2: the cheaper of a recomputation and a (partly exposed) copy, per byte of
+    # what is still over the budget: a tensor larger than the gap earns only the gap
+    # (3 ms to recompute a 1 GiB tensor is a poor way to shed the last 6 MiB).
     def round_trip_ms(x: SimTensor) -> float:
         return copy_ms(x.nbytes, lanes.d2h_gbps) + copy_ms(x.nbytes, lanes.h2d_gbps)
 
-    def cost(x: SimTensor) -> float:
+    def cost_ms(x: SimTensor) -> float:
         costs = [round_trip_ms(x)] if options[x.name].can_offload else []
         if options[x.name].can_recompute:
             costs.append(rc_ms(x))
-        return min(costs, default=float("inf")) / max(x.nbytes, 1)
+        return min(costs, default=float("inf"))
 
-    for x in sorted(tensors, key=lambda x: (cost(x), x.name)):
-        if current.peak_bytes <= target:
-            break
+    untried = [x for x in tensors if free(x)]
+    while untried and current.peak_bytes > target:
+        gap = current.peak_bytes - target
+        x = min(untried, key=lambda x: (cost_ms(x) / max(min(x.nbytes, gap), 1), x.name))
+        untried.remove(x)
         if not free(x):
             continue
         choices = []
@@ -218,15 +228,42 @@ def _greedy(
             return rc_ms(x)
         return copy_ms(x.nbytes, lanes.h2d_gbps)
 
+    def choices_of(x: SimTensor) -> list[str]:
+        found = []
+        if options[x.name].can_offload:
+            found.append((round_trip_ms(x), OFFLOAD))
+        if options[x.name].can_recompute:
+            found.append((rc_ms(x), RECOMPUTE))
+        return [c for _, c in sorted(found)]
+
+    def host_of(dec: dict[str, str]) -> int:
+        return sum(by_name[n].nbytes for n, d in dec.items() if d == OFFLOAD)
+
     undoable = [x for x in tensors if decisions[x.name] != KEEP and options[x.name].forced is None]
-    for x in sorted(undoable, key=lambda x: (-undo_gain(x), x.name)):
+    for rank, x in enumerate(sorted(undoable, key=lambda x: (-undo_gain(x), x.name))):
         trial = dict(decisions)
         trial[x.name] = KEEP
         result = run(trial)
+        # Where keeping x breaks the bound by a little, the cheapest changes that close
+        # the gap may cost less than x did (a swap); tried for the dearest few only.
+        spent, others = 0.0, [y for y in tensors if trial[y.name] == KEEP and y is not x
+                               and options[y.name].forced is None]
+        while result.peak_bytes > bound and rank < SWAP_TRIES and others and spent < undo_gain(x):
+            gap = result.peak_bytes - bound
+            y = min(others, key=lambda y: (cost_ms(y) / max(min(y.nbytes, gap), 1), y.name))
+            others.remove(y)
+            for choice in choices_of(y):
+                attempt = {**trial, y.name: choice}
+                if choice == OFFLOAD and host_cap_bytes is not None and host_of(attempt) > host_cap_bytes:
+                    continue
+                got = run(attempt)
+                if got.peak_bytes < result.peak_bytes:
+                    trial, result = attempt, got
+                    spent += cost_ms(y)
+                    break
         if result.peak_bytes <= bound and result.step_ms < current.step_ms - tol:
-            if decisions[x.name] == OFFLOAD:
-                host -= x.nbytes
-            decisions[x.name] = KEEP
+            decisions.update(trial)
+            host = host_of(decisions)
             current = result
 
     met = current.peak_bytes <= target if budget_bytes is not None else True

@@ -1,5 +1,7 @@
 """Table-driven tests of the simulator and the solver on hand-built inputs (no FX)."""
 
+import dataclasses
+
 import pytest
 
 from offload_compiler.simulator import KEEP, OFFLOAD, RECOMPUTE, Lanes, SimTensor, simulate
@@ -60,7 +62,27 @@ def test_copy_margin_slows_planned_copies():
 
     lanes = lanes_of(CPU_PROFILE, 0.15)
     assert lanes.d2h_gbps == pytest.approx(8.5) and lanes.h2d_gbps == pytest.approx(8.5)
-    assert lanes_of(CPU_PROFILE) == Lanes(10.0, 10.0)
+    assert lanes_of(CPU_PROFILE, lead=0.0) == Lanes(10.0, 10.0)
+    assert lanes_of(CPU_PROFILE).lead == 0.5
+
+
+def test_lead_plans_copies_with_slack():
+    # As test_copy_fully_hidden, with half a copy of slack: the reload of A (1 ms) must
+    # end by t=22.5 (op2 starts at 23), so it still goes before op1; with a 1 ms
+    # backward op before its use instead, it moves one op earlier.
+    lead = Lanes(1.0, 1.0, lead=0.5)
+    r = simulate([1, 10, 1], [1, 10, 1], [T("A", MB, 0, 0, 2, 2, OFFLOAD)], lead)
+    assert r.reload_before == {"A": 1} and r.stall_ms == 0
+    r = simulate([1, 10, 1], [1, 1, 1], [T("A", MB, 0, 0, 2, 2, OFFLOAD)], lead)
+    # backward starts at 12: op0 12-13, op1 13-14; the copy must end by 14 - 0.5
+    assert r.reload_before == {"A": 0} and r.stall_ms == 0
+    r0 = simulate([1, 10, 1], [1, 1, 1], [T("A", MB, 0, 0, 2, 2, OFFLOAD)], LANES)
+    assert r0.reload_before == {"A": 1}
+    # Forward: A's 1 ms copy runs from t=1 to 2 and forward's last op ends at 2.2. With
+    # no lead it is released there at once; with one it counts as done at 2.5: 0.3 ms.
+    short = [T("A", MB, 0, 0, 1, 1, OFFLOAD)]
+    assert simulate([1, 1.2], [1, 1], short, LANES).stall_ms == 0
+    assert simulate([1, 1.2], [1, 1], short, lead).stall_ms == pytest.approx(0.3)
 
 
 def _opts(names, offload=True, recompute=True):
@@ -162,3 +184,27 @@ def test_group_runs_its_shared_kernel_once():
     assert both.step_ms == pytest.approx(1 + 1.2 + 1)
     apart = simulate([1], [1], [G("Q", "mm"), G("R", "")], LANES)
     assert apart.step_ms == pytest.approx(1 + 2 + 1)
+
+
+def test_phase_four_swaps_a_dear_recomputation_for_a_cheaper_one(monkeypatch):
+    # Found by a random search over small cases: the greedy recomputes T4 (0.5 ms) where
+    # T2 (0.1 ms) does as well once T0 and T1 are recomputed. The swap finds the
+    # cheapest plan within the budget, which brute force confirms.
+    import itertools
+
+    from offload_compiler import solver as solver_mod
+
+    spec = [("T0", 2, 0, 3, 0.2), ("T1", 8, 3, 2, 2.0), ("T2", 1, 2, 1, 0.1),
+            ("T3", 1, 3, 1, 1.0), ("T4", 8, 3, 1, 0.5), ("T5", 1, 3, 0, 0.1)]
+    ts = [T(n, mb * MB, p, p, b, b, rc=rc) for n, mb, p, b, rc in spec]
+    opts = _opts([n for n, *_ in spec], offload=False)
+    fw, bw, budget = [1.0] * 4, [1.0] * 4, 10 * MB
+    best = min(
+        (r.step_ms for chosen in itertools.product([KEEP, RECOMPUTE], repeat=len(ts))
+         for r in [simulate(fw, bw, [dataclasses.replace(x, decision=d) for x, d in zip(ts, chosen)], LANES)]
+         if r.peak_bytes <= budget))
+    sol = solve(fw, bw, ts, opts, LANES, budget_bytes=budget, max_overhead=0.03)
+    assert sol.met and sol.result.step_ms == pytest.approx(best) == pytest.approx(10.3)
+    monkeypatch.setattr(solver_mod, "SWAP_TRIES", 0)
+    plain = solve(fw, bw, ts, opts, LANES, budget_bytes=budget, max_overhead=0.03)
+    assert plain.met and plain.result.step_ms == pytest.approx(10.7)
