@@ -33,10 +33,9 @@ sys.path.insert(0, str(ROOT / "examples"))
 import offload_compiler  # noqa: E402
 from gpt import GPT, PRESETS, make_batch, preset  # noqa: E402
 
-#: Calibrated by the backend on an NVIDIA H200; memory bandwidth as an elementwise
-#: kernel reaches it (``benchmarks/kernel_rates.py``; both in benchmarks/RESULTS.md).
-H200_PROFILE = {"d2h_gbps": 55.4, "h2d_gbps": 55.5, "duplex_gbps": 101.0, "matmul_tflops": 748.0,
-                "matmul_fp32_tflops": 51.0, "memory_gbps": 2750.0, "launch_us": 4.0}
+#: Calibrated by the backend on an NVIDIA H200 (results/2026-11-21_s3_kernel_rates_2_h200.json).
+H200_PROFILE = {"d2h_gbps": 55.4, "h2d_gbps": 55.5, "duplex_gbps": 101.0, "matmul_tflops": 746.0,
+                "matmul_fp32_tflops": 51.0, "memory_gbps": 4285.0, "launch_us": 4.0}
 
 
 class _Planned(Exception):
