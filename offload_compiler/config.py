@@ -65,7 +65,9 @@ class OffloadConfig:
 
     memory_budget: float | int | str = "auto"
     """Bound on the *activation peak*: the most bytes of forward values held on the GPU
-    for backward at any moment of the step. A float in (0, 1] is a fraction of the
+    for backward at any moment of the step (in backward, with the output of the op
+    running: a recomputation that lands beside that output saves nothing, and the
+    planner sees so). A float in (0, 1] is a fraction of the
     activation peak of the default partition with nothing offloaded; an int is a byte
     count; ``"auto"`` (default) takes the least activation peak whose predicted
     overhead stays within ``max_overhead``. Used by ``policy="cost_model"``."""

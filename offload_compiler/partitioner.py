@@ -9,7 +9,6 @@ for the scope of one ``compile_fx`` call, never globally.
 from __future__ import annotations
 
 import dataclasses
-
 import hashlib
 import itertools
 import logging

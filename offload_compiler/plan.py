@@ -170,7 +170,8 @@ def predictions(baseline, final, budget_bytes: int | None = None) -> dict[str, f
     """The planner's predictions for a plan (``final``) against nothing moved (``baseline``).
 
     ``peak_bytes`` is the predicted activation peak: the part of device memory the plan
-    changes (parameters, gradients and temporaries are not modelled).
+    changes, with the output of the backward op running (parameters, gradients and
+    other temporaries are not modelled).
     """
     return {
         "activation_peak_bytes": final.peak_bytes,

@@ -186,11 +186,17 @@ def _greedy(
     def round_trip_ms(x: SimTensor) -> float:
         return copy_ms(x.nbytes, lanes.d2h_gbps) + copy_ms(x.nbytes, lanes.h2d_gbps)
 
-    def cost_ms(x: SimTensor) -> float:
-        costs = [round_trip_ms(x)] if options[x.name].can_offload else []
+    def priced_choices(x: SimTensor) -> list[tuple[float, str]]:
+        """What may be done with ``x``, cheapest first, with its cost in ms."""
+        found = []
+        if options[x.name].can_offload:
+            found.append((round_trip_ms(x), OFFLOAD))
         if options[x.name].can_recompute:
-            costs.append(rc_ms(x))
-        return min(costs, default=float("inf"))
+            found.append((rc_ms(x), RECOMPUTE))
+        return sorted(found)
+
+    def cost_ms(x: SimTensor) -> float:
+        return min((ms for ms, _ in priced_choices(x)), default=float("inf"))
 
     untried = [x for x in tensors if free(x)]
     while untried and current.peak_bytes > target:
@@ -199,12 +205,7 @@ def _greedy(
         untried.remove(x)
         if not free(x):
             continue
-        choices = []
-        if options[x.name].can_offload:
-            choices.append((round_trip_ms(x), OFFLOAD))
-        if options[x.name].can_recompute:
-            choices.append((rc_ms(x), RECOMPUTE))
-        for _, choice in sorted(choices):
+        for _, choice in priced_choices(x):
             if try_change(x, choice, limit_ms):
                 break
 
@@ -228,14 +229,6 @@ def _greedy(
             return rc_ms(x)
         return copy_ms(x.nbytes, lanes.h2d_gbps)
 
-    def choices_of(x: SimTensor) -> list[str]:
-        found = []
-        if options[x.name].can_offload:
-            found.append((round_trip_ms(x), OFFLOAD))
-        if options[x.name].can_recompute:
-            found.append((rc_ms(x), RECOMPUTE))
-        return [c for _, c in sorted(found)]
-
     def host_of(dec: dict[str, str]) -> int:
         return sum(by_name[n].nbytes for n, d in dec.items() if d == OFFLOAD)
 
@@ -252,7 +245,7 @@ def _greedy(
             gap = result.peak_bytes - bound
             y = min(others, key=lambda y: (cost_ms(y) / max(min(y.nbytes, gap), 1), y.name))
             others.remove(y)
-            for choice in choices_of(y):
+            for _, choice in priced_choices(y):
                 attempt = {**trial, y.name: choice}
                 if choice == OFFLOAD and host_cap_bytes is not None and host_of(attempt) > host_cap_bytes:
                     continue
