@@ -43,6 +43,9 @@ class HardwareProfile:
     reaches, GB/s."""
     launch_us: float = 4.0
     """Fixed cost of one kernel, microseconds."""
+    copy_slowdown: float = 0.0
+    """How much slower compute runs while copies to and from the host run, as a
+    fraction (0.02: two percent); in [0, 1)."""
     name: str = ""
     """Device name, or ``"cpu-fixed"``."""
 
@@ -70,7 +73,11 @@ def validate_overrides(overrides: Mapping[str, Any] | None) -> None:
     for key, value in overrides.items():
         if key not in FIELDS:
             raise ValueError(f"hardware has unknown key {key!r}; valid keys are {list(FIELDS)}")
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+        number = not isinstance(value, bool) and isinstance(value, (int, float))
+        if key == "copy_slowdown":
+            if not number or not 0 <= value < 1:
+                raise ValueError(f"hardware[{key!r}]={value!r} must be a number in [0, 1)")
+        elif not number or value <= 0:
             raise ValueError(f"hardware[{key!r}]={value!r} must be a positive number")
 
 
@@ -81,7 +88,7 @@ def _cache_dir() -> Path:
 
 _memo: dict[str, HardwareProfile] = {}
 #: Bumped when calibration measures differently, so profiles cached before are remeasured.
-PROFILE_VERSION = 2
+PROFILE_VERSION = 3
 
 
 def profile_for(device: torch.device | str, overrides: Mapping[str, Any] | None = None) -> HardwareProfile:
@@ -194,6 +201,7 @@ def _measure(device: torch.device) -> HardwareProfile:
         a32 = torch.randn(n, n, device=device)
         mm16_ms = time_ms(lambda: a16 @ a16)
         mm32_ms = time_ms(lambda: a32 @ a32)
+        slowdown = _copy_slowdown(lambda: [a16 @ a16 for _ in range(10)], host_a, dev_a, host_b, dev_b)
     gb = nbytes / 1e9
     profile = HardwareProfile(
         d2h_gbps=gb / (d2h_ms / 1e3),
@@ -202,7 +210,35 @@ def _measure(device: torch.device) -> HardwareProfile:
         matmul_tflops=2 * n**3 / (mm16_ms / 1e3) / 1e12,
         matmul_fp32_tflops=2 * n**3 / (mm32_ms / 1e3) / 1e12,
         memory_gbps=3 * gb / (add_ms / 1e3),
+        copy_slowdown=slowdown,
         name=torch.cuda.get_device_name(device),
     )
     log.info("offload: calibrated %s in %.1f s: %s", profile.name, time.perf_counter() - t0, profile)
     return profile
+
+
+def _copy_slowdown(compute, host_a, dev_a, host_b, dev_b) -> float:
+    """Fraction by which ``compute`` slows while a D2H and an H2D copy run beside it (the
+    copies, 256 MiB each way, outlast it); median of three, clamped to [0, 0.5]."""
+    current = torch.cuda.current_stream()
+    out_stream, in_stream = torch.cuda.Stream(), torch.cuda.Stream()
+
+    def timed(with_copies: bool) -> float:
+        times = []
+        for _ in range(4):
+            torch.cuda.synchronize()
+            if with_copies:
+                with torch.cuda.stream(out_stream):
+                    host_a.copy_(dev_a, non_blocking=True)
+                with torch.cuda.stream(in_stream):
+                    dev_b.copy_(host_b, non_blocking=True)
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record(current)
+            compute()
+            end.record(current)
+            torch.cuda.synchronize()
+            times.append(start.elapsed_time(end))
+        return sorted(times[1:])[1]  # the first run warms up
+
+    alone, beside = timed(False), timed(True)
+    return min(0.5, max(0.0, beside / alone - 1))

@@ -187,7 +187,8 @@ def lanes_of(hw: HardwareProfile, copy_margin: float = 0.0, lead: float = COPY_L
     """The copy lanes the planner plans with: the profile's bandwidths less ``copy_margin``,
     and ``lead`` of slack per copy."""
     keep = 1.0 - copy_margin
-    return Lanes(d2h_gbps=hw.d2h_gbps * keep, h2d_gbps=hw.h2d_gbps * keep, lead=lead)
+    return Lanes(d2h_gbps=hw.d2h_gbps * keep, h2d_gbps=hw.h2d_gbps * keep, lead=lead,
+                 compute_slowdown=hw.copy_slowdown)
 
 
 def resolve_budget(memory_budget: Any, baseline_peak: int) -> int | None:

@@ -14,7 +14,8 @@ The model:
   the H2D lane allows while still finishing before the first use); compute waits
   for it before the first use; its memory is held from issue to its last use;
 - ``Lanes.lead`` adds slack to both: a copy counts as done that fraction of its
-  duration after its planned end;
+  duration after its planned end; a compute op that starts while a copy runs takes
+  ``Lanes.compute_slowdown`` longer;
 - a recomputed tensor is not held between its last forward use and backward; it costs
   ``recompute_ms`` of compute right before its first backward use, less ``shared_ms``
   when another tensor of its ``group`` was recomputed before it;
@@ -73,6 +74,8 @@ class Lanes:
     much before its first use, and a release waits until this much after its copy's
     planned end (compute often runs faster than estimated; a copy planned to end just
     in time then stalls it)."""
+    compute_slowdown: float = 0.0
+    """Compute ops that start while a copy runs take this fraction longer."""
 
 
 @dataclass
@@ -128,11 +131,13 @@ def simulate(fw_ms: list[float], bw_ms: list[float], tensors: list[SimTensor], l
     release_after: dict[str, int] = {}
     op_start: list[float] = []
     n_fw = len(fw_ms)
+    slow = 1.0 + lanes.compute_slowdown
     for i in range(n_fw):
         op_start.append(t)
-        if record and fw_ms[i] > 0:
-            events.append(("compute", f"fw {i}", t, t + fw_ms[i]))
-        t += fw_ms[i]
+        ms = fw_ms[i] * (slow if d2h_free > t else 1.0)
+        if record and ms > 0:
+            events.append(("compute", f"fw {i}", t, t + ms))
+        t += ms
         for x in held_from.get(i, ()):
             mem(t, x.nbytes)
         for x in produced_at.get(i, ()):
@@ -212,12 +217,13 @@ def simulate(fw_ms: list[float], bw_ms: list[float], tensors: list[SimTensor], l
                     events.append(("compute", f"recompute {x.name}", t, t + ms))
                 t += ms
                 mem(t, x.nbytes)
-        if record and bw_ms[k] > 0:
-            events.append(("compute", f"bw {k}", t, t + bw_ms[k]))
+        ms = bw_ms[k] * (slow if h2d_free > t else 1.0)
+        if record and ms > 0:
+            events.append(("compute", f"bw {k}", t, t + ms))
         out = bw_out_bytes[k] if bw_out_bytes else 0
         if out:
             mem(t, out)
-        t += bw_ms[k]
+        t += ms
         if out:
             mem(t, -out)
         for x in last_use.get(k, ()):

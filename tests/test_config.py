@@ -34,6 +34,8 @@ def test_from_options_and_frozen():
     ({"max_overhead": -0.1}, "non-negative number"),
     ({"hardware": {"pcie": 1}}, "valid keys are"),
     ({"hardware": {"d2h_gbps": 0}}, "positive number"),
+    ({"hardware": {"copy_slowdown": 1.0}}, "number in [0, 1)"),
+    ({"hardware": {"copy_slowdown": -0.01}}, "number in [0, 1)"),
     ({"inner_compiler": "tvm"}, "('inductor', 'eager')"),
     ({"devices": ("tpu",)}, "('cuda', 'cpu')"),
     ({"devices": ()}, "non-empty"),
@@ -93,3 +95,8 @@ def test_every_option_is_documented_in_the_readme():
     readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
     missing = [name for name in option_names() if f"| `{name}` |" not in readme]
     assert not missing, f"options without a row in README.md's table: {missing}"
+
+
+def test_copy_slowdown_of_zero_is_a_valid_override():
+    c = OffloadConfig.from_options({"hardware": {"copy_slowdown": 0.0, "d2h_gbps": 20}})
+    assert dict(c.hardware) == {"copy_slowdown": 0.0, "d2h_gbps": 20}

@@ -208,3 +208,15 @@ def test_phase_four_swaps_a_dear_recomputation_for_a_cheaper_one(monkeypatch):
     monkeypatch.setattr(solver_mod, "SWAP_TRIES", 0)
     plain = solve(fw, bw, ts, opts, LANES, budget_bytes=budget, max_overhead=0.03)
     assert plain.met and plain.result.step_ms == pytest.approx(10.7)
+
+
+def test_compute_slows_while_a_copy_runs():
+    # A's 2 ms copy runs from t=1 to 3 in forward (op1 starts at 1 under it: 2 ms at
+    # 1.5x = 3 ms; op2 starts at 4, after it: 1 ms) and from 5 to 7 in backward.
+    slow = Lanes(1.0, 1.0, compute_slowdown=0.5)
+    ts = [T("A", 2 * MB, 0, 0, 2, 2, OFFLOAD)]
+    r = simulate([1, 2, 1], [1, 1, 1], ts, slow, record=True)
+    fw = [e for e in r.events if e[0] == "compute" and e[1].startswith("fw")]
+    assert [round(e[3] - e[2], 6) for e in fw] == [1, 3, 1]
+    assert r.fw_ms == pytest.approx(5)
+    assert simulate([1, 2, 1], [1, 1, 1], ts, LANES).fw_ms == pytest.approx(4)
