@@ -210,6 +210,8 @@ def run_strategy(spec: dict[str, Any]) -> Row:
         p = backend.plans[0].predicted
         if p:
             row.extra["predicted_step_ms"] = sum(b.predicted.get("step_ms", 0) for b in backend.plans)
+            row.extra["predicted_baseline_step_ms"] = sum(
+                b.predicted.get("baseline_step_ms", 0) for b in backend.plans)
             row.extra["predicted_activation_gib"] = sum(
                 b.predicted.get("activation_peak_bytes", 0) for b in backend.plans) / 2**30
             row.extra["predicted_baseline_activation_gib"] = sum(

@@ -49,3 +49,6 @@ def test_offload_options_reach_the_offload_rows_and_bad_ones_fail_early(tmp_path
                              offload_options={"dump_dir": str(tmp_path / "dump")})
     assert row.status == "ok", row.note
     assert list((tmp_path / "dump").glob("graph_*/plan.json"))
+    # The planner's predictions travel with the row, the baseline's beside the plan's.
+    assert row.extra["predicted_step_ms"] > 0 and row.extra["predicted_baseline_step_ms"] > 0
+    assert 0 < row.extra["predicted_activation_gib"] <= row.extra["predicted_baseline_activation_gib"]
