@@ -210,3 +210,24 @@ def test_q_k_v_share_their_projection_when_recomputed(monkeypatch):
         for x in members:
             assert 0 < x.shared_ms < x.recompute_ms
             assert x.shared_ms == members[0].shared_ms
+
+
+def test_plan_offline_plans_without_running_the_model(tmp_path):
+    """``benchmarks/plan_offline.py`` stops compilation once the planner has decided and
+    reports its predictions per budget."""
+    import importlib.util
+    import json
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "plan_offline.py"
+    spec = importlib.util.spec_from_file_location("plan_offline", path)
+    plan_offline = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(plan_offline)
+    out = tmp_path / "rows.json"
+    assert plan_offline.main(["--preset", "tiny", "--budgets", "1.0,0.3", "--out", str(out)]) == 0
+    rows = json.loads(out.read_text())["rows"]
+    assert [r["budget"] for r in rows] == ["1.0", "0.3"]
+    full, tight = rows
+    assert full["recompute_gib"] == 0 and full["offload_gib"] == 0
+    assert tight["activation_gib"] <= 0.3 * tight["baseline_gib"] + 1e-9 or tight["note"]
+    assert tight["offload_gib"] + tight["recompute_gib"] > 0
