@@ -70,11 +70,7 @@ def node_flops(node: fx.Node) -> int:
     """FLOPs of ``node`` by torch's flop formulas (0 for ops it does not count)."""
     target = node.target
     packet = getattr(target, "overloadpacket", None)
-    fn = flop_registry.get(packet) if packet is not None else None
-    if fn is None and packet is not None:
-        extra = _EXTRA_FLOPS.get(packet.__name__)
-        if extra is not None:
-            fn = lambda *a, out_val=None, **k: extra(*a, **k)  # noqa: E731
+    fn = (flop_registry.get(packet) or _EXTRA_FLOPS.get(packet.__name__)) if packet is not None else None
     if fn is None:
         return 0
     try:

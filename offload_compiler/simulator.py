@@ -127,6 +127,7 @@ def simulate(fw_ms: list[float], bw_ms: list[float], tensors: list[SimTensor], l
     t, stall, d2h_free = 0.0, 0.0, 0.0
     copy_end: dict[str, float] = {}
     copy_time: dict[str, float] = {}
+    done_at: dict[str, float] = {}  # when the plan counts the copy done: its end plus the lead
     pending: list[SimTensor] = []  # offloaded, not yet released
     release_after: dict[str, int] = {}
     op_start: list[float] = []
@@ -145,14 +146,15 @@ def simulate(fw_ms: list[float], bw_ms: list[float], tensors: list[SimTensor], l
                 start = max(t, d2h_free)
                 dur = copy_ms(x.nbytes, lanes.d2h_gbps)
                 copy_end[x.name], copy_time[x.name] = start + dur, dur
+                done_at[x.name] = start + dur * (1 + lanes.lead)
                 d2h_free = start + dur
                 if record:
                     events.append(("d2h", x.name, start, start + dur))
                 pending.append(x)
         if pending:
-            ready = [p for p in pending if _releases_now(p, i, t, copy_end[p.name] + lanes.lead * copy_time[p.name], n_fw)]
+            ready = [p for p in pending if _releases_now(p, i, t, done_at[p.name], n_fw)]
             for x in ready:
-                wait = max(0.0, copy_end[x.name] + lanes.lead * copy_time[x.name] - t)
+                wait = max(0.0, done_at[x.name] - t)
                 stall += wait
                 t += wait
                 mem(t, -x.nbytes)

@@ -77,48 +77,51 @@ def solve(
 ) -> Solution:
     """Decisions for ``budget_bytes`` (``None``: ``"auto"``); see the module docstring.
     ``for_auto``: a fixed budget that ``"auto"`` chose; reasons are worded for auto."""
-    def greedy(budget: int | None) -> Solution:
-        return _greedy(fw_ms, bw_ms, tensors, options, lanes, budget_bytes=budget,
-                       max_overhead=max_overhead, host_cap_bytes=host_cap_bytes,
-                       tolerance_ms=tolerance_ms, bw_out_bytes=bw_out_bytes)
-
-    best = greedy(budget_bytes)
+    problem = _Problem(fw_ms, bw_ms, tensors, options, lanes, max_overhead, host_cap_bytes,
+                       tolerance_ms, bw_out_bytes)
+    best = _greedy(problem, budget_bytes)
     if budget_bytes is not None and not for_auto:
         return best
-    # "auto": the greedy above moves tensors while the step allows, in one pass; a
-    # fixed budget's solver, which may move others instead, can reach a lower peak
-    # within the same overhead. Bisect on the budget and keep the lowest peak found.
-    limit_ms = best.baseline.step_ms * (1 + max_overhead)
-    lo, hi = 0, best.result.peak_bytes
-    for _ in range(AUTO_SEARCH_STEPS if budget_bytes is None else 0):
-        if hi - lo <= max(1, hi // 200):
-            break
-        mid = (lo + hi) // 2
-        trial = greedy(mid)
-        if trial.met and trial.result.step_ms <= limit_ms:
-            hi = mid
-            if (trial.result.peak_bytes, trial.result.step_ms) < (best.result.peak_bytes, best.result.step_ms):
-                best = trial
-        else:
-            lo = mid
+    if budget_bytes is None:
+        # The greedy above moves tensors while the step allows, in one pass; a fixed
+        # budget's solver, which may move others instead, can reach a lower peak within
+        # the same overhead. Bisect on the budget and keep the lowest peak found.
+        limit_ms = best.baseline.step_ms * (1 + max_overhead)
+        lo, hi = 0, best.result.peak_bytes
+        for _ in range(AUTO_SEARCH_STEPS):
+            if hi - lo <= max(1, hi // 200):
+                break
+            mid = (lo + hi) // 2
+            trial = _greedy(problem, mid)
+            if trial.met and trial.result.step_ms <= limit_ms:
+                hi = mid
+                if (trial.result.peak_bytes, trial.result.step_ms) < (best.result.peak_bytes, best.result.step_ms):
+                    best = trial
+            else:
+                lo = mid
     reasons = {x.name: _reason(x, best.decisions[x.name], options[x.name], best.result, lanes, False)
                for x in tensors}
     return dataclasses.replace(best, reasons=reasons, budget_bytes=None, met=True, note="")
 
 
-def _greedy(
-    fw_ms: list[float],
-    bw_ms: list[float],
-    tensors: list[SimTensor],
-    options: dict[str, Option],
-    lanes: Lanes,
-    *,
-    budget_bytes: int | None,
-    max_overhead: float,
-    host_cap_bytes: int | None = None,
-    tolerance_ms: float | None = None,
-    bw_out_bytes: list[int] | None = None,
-) -> Solution:
+@dataclass
+class _Problem:
+    """What every greedy run of one :func:`solve` shares (``"auto"`` runs several)."""
+
+    fw_ms: list[float]
+    bw_ms: list[float]
+    tensors: list[SimTensor]
+    options: dict[str, Option]
+    lanes: Lanes
+    max_overhead: float
+    host_cap_bytes: int | None
+    tolerance_ms: float | None
+    bw_out_bytes: list[int] | None
+
+
+def _greedy(problem: _Problem, budget_bytes: int | None) -> Solution:
+    tensors, options, lanes = problem.tensors, problem.options, problem.lanes
+    host_cap_bytes = problem.host_cap_bytes
     by_name = {x.name: x for x in tensors}
     group_size: dict[str, int] = {}
     for x in tensors:
@@ -133,26 +136,28 @@ def _greedy(
     decisions = {x.name: options[x.name].forced or KEEP for x in tensors}
 
     def run(dec: dict[str, str]) -> SimResult:
-        return simulate(fw_ms, bw_ms, [dataclasses.replace(x, decision=dec[x.name]) for x in tensors], lanes,
-                        bw_out_bytes=bw_out_bytes)
+        return simulate(problem.fw_ms, problem.bw_ms,
+                        [dataclasses.replace(x, decision=dec[x.name]) for x in tensors], lanes,
+                        bw_out_bytes=problem.bw_out_bytes)
+
+    def host_of(dec: dict[str, str]) -> int:
+        return sum(by_name[n].nbytes for n, d in dec.items() if d == OFFLOAD)
 
     baseline = run({x.name: KEEP for x in tensors})
     current = run(decisions)
-    limit_ms = baseline.step_ms * (1 + max_overhead) if budget_bytes is None else float("inf")
+    limit_ms = baseline.step_ms * (1 + problem.max_overhead) if budget_bytes is None else float("inf")
     target = 0 if budget_bytes is None else budget_bytes
-    tol = tolerance_ms if tolerance_ms is not None else max(1e-3, 1e-3 * baseline.step_ms)
-    host = sum(by_name[n].nbytes for n, d in decisions.items() if d == OFFLOAD)
+    tol = problem.tolerance_ms if problem.tolerance_ms is not None else max(1e-3, 1e-3 * baseline.step_ms)
     reasons: dict[str, str] = {}
 
     def free(x: SimTensor) -> bool:
         return decisions[x.name] == KEEP and options[x.name].forced is None
 
     def try_change(x: SimTensor, choice: str, max_step: float) -> bool:
-        nonlocal current, host
-        if choice == OFFLOAD and host_cap_bytes is not None and host + x.nbytes > host_cap_bytes:
+        nonlocal current
+        trial = {**decisions, x.name: choice}
+        if choice == OFFLOAD and host_cap_bytes is not None and host_of(trial) > host_cap_bytes:
             return False
-        trial = dict(decisions)
-        trial[x.name] = choice
         result = run(trial)
         # A lower peak, or the same peak with less held at the end of forward at no cost
         # in time: a change that only moves bytes out of forward (the peak then falls
@@ -163,7 +168,6 @@ def _greedy(
             and result.step_ms <= current.step_ms + tol)
         if result.step_ms > max_step or not better:
             return False
-        host += x.nbytes * ((choice == OFFLOAD) - (decisions[x.name] == OFFLOAD))
         decisions[x.name] = choice
         current = result
         return True
@@ -229,9 +233,6 @@ def _greedy(
             return rc_ms(x)
         return copy_ms(x.nbytes, lanes.h2d_gbps)
 
-    def host_of(dec: dict[str, str]) -> int:
-        return sum(by_name[n].nbytes for n, d in dec.items() if d == OFFLOAD)
-
     undoable = [x for x in tensors if decisions[x.name] != KEEP and options[x.name].forced is None]
     for rank, x in enumerate(sorted(undoable, key=lambda x: (-undo_gain(x), x.name))):
         trial = dict(decisions)
@@ -256,7 +257,6 @@ def _greedy(
                     break
         if result.peak_bytes <= bound and result.step_ms < current.step_ms - tol:
             decisions.update(trial)
-            host = host_of(decisions)
             current = result
 
     met = current.peak_bytes <= target if budget_bytes is not None else True
