@@ -24,6 +24,7 @@ Profiled figures, per step:
 - ``fw_gpu_ms`` / ``bw_gpu_ms``: GPU time from the first to the last compute kernel
   launched while the host ran the forward / the backward;
 - ``gemm``, ``attention``, ``triton``, ``other``: compute-stream kernel time by kind;
+  ``fw_triton``, ``bw_gemm`` and so on: the same for the kernels each phase launched;
 - ``d2h_ms`` / ``h2d_ms``: copy time per direction, per step;
 - the planner's predictions for the same graph (step, forward, backward, stall, and
   the baseline step it compared against);
@@ -109,10 +110,13 @@ def analyze_trace(trace: dict, steps: int) -> dict:
     launched = {e["args"]["correlation"]: e["ts"] for e in events
                 if e.get("ph") == "X" and e.get("cat") in ("cuda_runtime", "cuda_driver") and "correlation" in e.get("args", {})}
     phase_ms = {"fw": 0.0, "bw": 0.0}
+    phase_kinds: dict[str, float] = defaultdict(float)
     for name, s, t in ranges:
         mine = [e for e in kernels if s <= launched.get(e["args"].get("correlation"), -1) <= t]
         if mine:
             phase_ms[name] += (max(e["ts"] + e["dur"] for e in mine) - min(e["ts"] for e in mine)) / 1e3 / steps
+        for e in mine:
+            phase_kinds[f"{name}_{kernel_kind(e['name'])}"] += e["dur"] / 1e3 / steps
     # The longest waits of the compute stream, and the copy that ended each, if any.
     t0 = min(e["ts"] for e in kernels)
     ordered = sorted(kernels, key=lambda e: e["ts"])
@@ -135,6 +139,8 @@ def analyze_trace(trace: dict, steps: int) -> dict:
         "fw_gpu_ms": phase_ms["fw"],
         "bw_gpu_ms": phase_ms["bw"],
         **{k: kinds.get(k, 0.0) / steps for k in ("gemm", "attention", "triton", "other")},
+        **{f"{p}_{k}": phase_kinds.get(f"{p}_{k}", 0.0)
+           for p in ("fw", "bw") for k in ("gemm", "attention", "triton", "other")},
         "d2h_ms": copies.get("d2h", 0.0) / steps,
         "h2d_ms": copies.get("h2d", 0.0) / steps,
     }
@@ -228,6 +234,9 @@ def run(config: str, args: argparse.Namespace) -> dict:
         row["pred_stall_ms"] = sum(s.stall_ms for s in sims)
         row["offloaded_gib"] = sum(p.offloaded_bytes for p in backend.plans) / 2**30
         row["recomputed"] = sum(len(p.recomputed) for p in backend.plans)
+        row["hardware"] = backend.plans[0].hardware
+        row["decisions"] = {d.name: d.decision.value for p in backend.plans for d in p.decisions
+                            if d.decision.value != "keep"}
     return row
 
 

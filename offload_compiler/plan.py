@@ -52,6 +52,9 @@ class GraphPlan:
     predicted: dict[str, float] = field(default_factory=dict)
     """Planner predictions: ``activation_peak_bytes``, ``baseline_activation_peak_bytes``,
     ``peak_bytes``, ``step_ms``, ``baseline_step_ms`` (``policy="cost_model"`` only)."""
+    hardware: dict[str, Any] = field(default_factory=dict)
+    """The hardware profile the plan was costed with (``hardware.HardwareProfile``
+    fields; ``policy="cost_model"`` and graphs whose transfers were simulated)."""
     simulation: Any = field(default=None, repr=False)
     """The simulated timeline of the final plan (``simulator.SimResult``)."""
     baseline_simulation: Any = field(default=None, repr=False)

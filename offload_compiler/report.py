@@ -39,6 +39,7 @@ def plan_dict(plan: GraphPlan, config: Any = None) -> dict[str, Any]:
         "note": plan.note,
         "decisions": decision_dicts(plan),
         "predicted": dict(plan.predicted),
+        "hardware": dict(plan.hardware),
         "config": None if config is None else {k: _jsonable(v) for k, v in config.as_dict().items()},
     }
 

@@ -52,3 +52,6 @@ def test_offload_options_reach_the_offload_rows_and_bad_ones_fail_early(tmp_path
     # The planner's predictions travel with the row, the baseline's beside the plan's.
     assert row.extra["predicted_step_ms"] > 0 and row.extra["predicted_baseline_step_ms"] > 0
     assert 0 < row.extra["predicted_activation_gib"] <= row.extra["predicted_baseline_activation_gib"]
+    # So does the hardware profile they were costed with (CPU runs: the fixed one).
+    assert row.extra["hardware"]["name"] == "cpu-fixed"
+    assert row.extra["hardware"]["d2h_gbps"] == 10.0
