@@ -5,7 +5,7 @@
 
 Builds the model on the CPU in bf16 and compiles it with the offload backend in
 loopback mode (``devices=("cpu",)``) with a hardware profile given in full: the
-measured H200 profile of ``benchmarks/RESULTS.md`` unless ``--hardware`` overrides
+measured H100 profile of ``benchmarks/RESULTS.md`` unless ``--hardware`` overrides
 fields. Compilation stops once the planner has decided (nothing runs: the model is
 never executed at this size on a CPU), and the script prints, per budget, the
 planner's predictions and where its bytes went.
@@ -33,9 +33,12 @@ sys.path.insert(0, str(ROOT / "examples"))
 import offload_compiler  # noqa: E402
 from gpt import GPT, PRESETS, make_batch, preset  # noqa: E402
 
-#: Calibrated by the backend on an NVIDIA H200 (results/2026-11-21_s3_kernel_rates_2_h200.json).
-H200_PROFILE = {"d2h_gbps": 55.4, "h2d_gbps": 55.5, "duplex_gbps": 101.0, "matmul_tflops": 746.0,
-                "matmul_fp32_tflops": 51.0, "memory_gbps": 4285.0, "launch_us": 4.0}
+#: Measured on an NVIDIA H100 80GB HBM3 (results/2026-11-21_s4_kernel_rates_h100.json:
+#: copies, matmuls, memory and copy_slowdown as calibrated; attention forward from its
+#: causal SDPA row, backward from the profile of the example GPT in the same session).
+H100_PROFILE = {"d2h_gbps": 55.1, "h2d_gbps": 55.3, "duplex_gbps": 100.7, "matmul_tflops": 721.0,
+                "matmul_fp32_tflops": 51.5, "memory_gbps": 2969.0, "attention_tflops": 570.0,
+                "attention_backward_tflops": 454.0, "launch_us": 4.0, "copy_slowdown": 0.024}
 
 
 class _Planned(Exception):
@@ -73,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--decisions", action="store_true", help="print every decision and reason")
     p.add_argument("--out", default=None, help="write the rows here as JSON")
     args = p.parse_args(argv)
-    hardware = {**H200_PROFILE, **json.loads(args.hardware)}
+    hardware = {**H100_PROFILE, **json.loads(args.hardware)}
     extra = json.loads(args.options)
     cfg = preset(args.preset)
     torch.manual_seed(0)

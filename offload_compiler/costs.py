@@ -1,8 +1,9 @@
 """Node costs: estimated milliseconds for each node of an FX graph.
 
 A roofline per node. Extern kernels (matmul, attention: FLOPs from
-``torch.utils.flop_counter``'s formulas) cost the larger of FLOPs over the matmul rate
-and bytes over the memory bandwidth. Other ops are assumed fused by Inductor into
+``torch.utils.flop_counter``'s formulas, causal attention counting only the scores its
+mask keeps) cost the larger of FLOPs over the kernel's rate (the matmul rate, or the
+calibrated attention rate of each direction) and bytes over the memory bandwidth. Other ops are assumed fused by Inductor into
 their neighbours: they cost only the bytes they read from or write to materialized
 buffers (graph inputs, extern results, values an extern kernel or the output reads).
 Views, ``getitem`` and the transfer ops cost nothing.
@@ -66,23 +67,99 @@ _EXTRA_FLOPS = {
 }
 
 
+def _rng_wrappers() -> dict[Any, int]:
+    """The partitioner's RNG wrappers (it wraps a random op it recomputes, attention
+    included, so both runs draw the same numbers), each with the position of the
+    wrapped op among its arguments."""
+    try:
+        from torch._prims import rng_prims
+    except ImportError:  # pragma: no cover
+        return {}
+    wrappers = {"graphsafe_run_with_rng_state": 0, "run_and_save_rng_state": 0, "run_with_rng_state": 1}
+    return {getattr(rng_prims, name): i for name, i in wrappers.items() if hasattr(rng_prims, name)}
+
+
+_RNG_WRAPPERS = _rng_wrappers()
+
+
+def _call(node: fx.Node) -> tuple[Any, tuple, dict]:
+    """``(op, args, kwargs)`` that ``node`` runs: the wrapped op for the RNG wrappers."""
+    at = _RNG_WRAPPERS.get(node.target) if node.op == "call_function" else None
+    if at is None or len(node.args) <= at:
+        return node.target, tuple(node.args), dict(node.kwargs)
+    kwargs = {k: v for k, v in node.kwargs.items() if k != "rng_state"}
+    return node.args[at], tuple(node.args[at + 1:]), kwargs
+
+
+def causal_fraction(q_len: int, k_len: int) -> float:
+    """Fraction of the ``q_len`` x ``k_len`` scores a causal mask keeps (SDPA's
+    ``is_causal``: query ``i`` sees keys ``0..i``)."""
+    if q_len <= 0 or k_len <= 0:
+        return 1.0
+    m = min(q_len, k_len)
+    kept = m * (m + 1) // 2 + (q_len - m) * k_len
+    return kept / (q_len * k_len)
+
+
+def attention_direction(node: fx.Node) -> str | None:
+    """``"forward"`` or ``"backward"`` for a fused scaled-dot-product attention op."""
+    packet = getattr(_call(node)[0], "overloadpacket", None)
+    name = getattr(packet, "__name__", "")
+    if not name.startswith("_scaled_dot_product_") or "attention" not in name:
+        return None
+    return "backward" if name.endswith("_backward") else "forward"
+
+
+def _argument(node: fx.Node, name: str):
+    """The value ``node`` passes for its op's argument ``name`` (schema default if absent)."""
+    target, args, kwargs = _call(node)
+    schema = getattr(target, "_schema", None)
+    for i, arg in enumerate(schema.arguments if schema is not None else ()):
+        if arg.name == name:
+            if i < len(args):
+                return args[i]
+            return kwargs.get(name, arg.default_value)
+    return None
+
+
+def _attention_mask_fraction(node: fx.Node) -> float:
+    if attention_direction(node) is None or _argument(node, "is_causal") is not True:
+        return 1.0
+    q, k = _vals(_argument(node, "query")), _vals(_argument(node, "key"))
+    if not isinstance(q, torch.Tensor) or not isinstance(k, torch.Tensor):
+        return 1.0
+    lq, lk = size_hint(q.shape[-2]), size_hint(k.shape[-2])
+    return causal_fraction(int(lq or 0), int(lk or 0))
+
+
 def node_flops(node: fx.Node) -> int:
-    """FLOPs of ``node`` by torch's flop formulas (0 for ops it does not count)."""
-    target = node.target
+    """FLOPs of ``node`` by torch's flop formulas (0 for ops it does not count); for
+    causal attention, only the scores the mask keeps (torch's formula counts them all)."""
+    target, args, kwargs = _call(node)
     packet = getattr(target, "overloadpacket", None)
     fn = (flop_registry.get(packet) or _EXTRA_FLOPS.get(packet.__name__)) if packet is not None else None
     if fn is None:
         return 0
     try:
-        flops = fn(*_vals(node.args), **_vals(node.kwargs), out_val=node.meta.get("val"))
+        flops = fn(*_vals(args), **_vals(kwargs), out_val=node.meta.get("val"))
     except Exception:  # a formula that does not accept these arguments
         return 0
     hint = size_hint(flops) if not isinstance(flops, int) else flops
-    return int(hint or 0)
+    return int((hint or 0) * _attention_mask_fraction(node))
+
+
+def _rate(node: fx.Node, hw: HardwareProfile) -> float:
+    """FLOP/s of ``node``'s kernel: the calibrated attention rates for fused attention
+    in a low-precision dtype, else the matmul rate of its dtype."""
+    dtype = _dtype(node)
+    direction = attention_direction(node)
+    if direction is None or dtype in (torch.float32, torch.float64):
+        return hw.matmul_rate(dtype)
+    return (hw.attention_tflops if direction == "forward" else hw.attention_backward_tflops) * 1e12
 
 
 def _dtype(node: fx.Node) -> torch.dtype:
-    val = _first_tensor(node)
+    val = _some_tensor(node)
     return val.dtype if val is not None else torch.float32
 
 
@@ -127,7 +204,7 @@ def node_ms(node: fx.Node, hw: HardwareProfile) -> float:
     out = node.meta.get("val")
     if flops:
         nbytes = tensor_bytes(_vals(node.args)) + tensor_bytes(out)
-        return max(flops / hw.matmul_rate(_dtype(node)), nbytes / (hw.memory_gbps * 1e9)) * 1e3 \
+        return max(flops / _rate(node, hw), nbytes / (hw.memory_gbps * 1e9)) * 1e3 \
             + hw.launch_us / 1e3
     reads = sum(tensor_bytes(a.meta.get("val")) for a in node.all_input_nodes
                 if is_materialized(_storage_owner(a)))
@@ -211,8 +288,18 @@ def _first_tensor(node: fx.Node) -> torch.Tensor | None:
     return val if isinstance(val, torch.Tensor) else None
 
 
-def _device_type(node: fx.Node) -> str:
+def _some_tensor(node: fx.Node) -> torch.Tensor | None:
+    """``node``'s first tensor result, else its first tensor input (the RNG wrappers
+    carry no result metadata)."""
     val = _first_tensor(node)
+    if val is None:
+        val = next((v for v in (a.meta.get("val") for a in node.all_input_nodes)
+                    if isinstance(v, torch.Tensor)), None)
+    return val
+
+
+def _device_type(node: fx.Node) -> str:
+    val = _some_tensor(node)
     return val.device.type if val is not None else "cpu"
 
 
@@ -238,8 +325,9 @@ def _describe(x: Any):
 
 def _signature(node: fx.Node) -> tuple | None:
     try:
-        return (str(node.target), _describe(list(node.args)),
-                tuple(sorted((k, _describe(v)) for k, v in node.kwargs.items())))
+        target, args, kwargs = _call(node)
+        return (str(target), _describe(list(args)),
+                tuple(sorted((k, _describe(v)) for k, v in kwargs.items())))
     except ValueError:
         return None
 
@@ -268,15 +356,16 @@ def _time_node(node: fx.Node, repeat: int) -> float | None:
     """Median milliseconds of running ``node``'s op on real inputs, or ``None``."""
     from torch._subclasses.fake_tensor import unset_fake_temporarily
 
-    device = _first_tensor(node).device
+    device = _some_tensor(node).device
+    target, args, kwargs = _call(node)
     try:
         with unset_fake_temporarily(), torch.no_grad(), torch.cuda.device(device):
-            args = _materialize(list(node.args))
-            kwargs = {k: _materialize(v) for k, v in node.kwargs.items()}
+            args = _materialize(list(args))
+            kwargs = {k: _materialize(v) for k, v in kwargs.items()}
 
             def run() -> None:  # back to back, as in a training step
                 for _ in range(repeat):
-                    node.target(*args, **kwargs)
+                    target(*args, **kwargs)
 
             return time_ms(run, 3) / repeat
     except Exception as err:  # noqa: BLE001 - any failure means: estimate instead

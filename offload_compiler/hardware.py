@@ -35,12 +35,18 @@ class HardwareProfile:
     duplex_gbps: float
     """Total bandwidth with both directions copying at once, GB/s."""
     matmul_tflops: float
-    """Matmul throughput in the low-precision dtype (bf16/fp16), TFLOP/s."""
+    """Matmul throughput in the low-precision dtype (bf16/fp16), TFLOP/s: over a mix of
+    shapes (:data:`MATMUL_SHAPES`)."""
     matmul_fp32_tflops: float
     """Matmul throughput in float32, TFLOP/s."""
     memory_gbps: float
     """Device memory bandwidth (bytes read plus written) that an elementwise kernel
     reaches, GB/s."""
+    attention_tflops: float
+    """Fused attention (scaled dot product) forward throughput in the low-precision
+    dtype, TFLOP/s, counting only the scores a causal mask keeps."""
+    attention_backward_tflops: float
+    """The same for the attention backward kernel."""
     launch_us: float = 4.0
     """Fixed cost of one kernel, microseconds."""
     copy_slowdown: float = 0.0
@@ -58,7 +64,8 @@ class HardwareProfile:
 #: Fixed profile used for CPU devices (tests, loopback): round numbers, deterministic.
 CPU_PROFILE = HardwareProfile(
     d2h_gbps=10.0, h2d_gbps=10.0, duplex_gbps=16.0, matmul_tflops=0.5,
-    matmul_fp32_tflops=0.25, memory_gbps=20.0, launch_us=2.0, name="cpu-fixed",
+    matmul_fp32_tflops=0.25, memory_gbps=20.0, attention_tflops=0.5,
+    attention_backward_tflops=0.5, launch_us=2.0, name="cpu-fixed",
 )
 
 FIELDS = tuple(f.name for f in dataclasses.fields(HardwareProfile) if f.name != "name")
@@ -88,7 +95,7 @@ def _cache_dir() -> Path:
 
 _memo: dict[str, HardwareProfile] = {}
 #: Bumped when calibration measures differently, so profiles cached before are remeasured.
-PROFILE_VERSION = 3
+PROFILE_VERSION = 4
 
 
 def profile_for(device: torch.device | str, overrides: Mapping[str, Any] | None = None) -> HardwareProfile:
@@ -143,7 +150,7 @@ def time_ms(fn, repeat: int = 5) -> float:
 
 
 def calibrate(device: torch.device) -> HardwareProfile:
-    """Measure copy bandwidths, matmul rates and memory bandwidth (about a second).
+    """Measure copy bandwidths, matmul, attention and memory rates (about a second).
 
     Runs real kernels even when called during compilation, where a fake tensor mode is
     active (the planner runs inside AOTAutograd's partitioner).
@@ -159,16 +166,70 @@ def calibrate(device: torch.device) -> HardwareProfile:
     return profile
 
 
-#: Fallback for a calibration that fails: H100 PCIe Gen5 figures measured for DESIGN.md.
+#: Fallback for a calibration that fails: H100 PCIe Gen5 figures measured for DESIGN.md
+#: (attention: benchmarks/RESULTS.md, session 4).
 H100_PROFILE = HardwareProfile(
     d2h_gbps=55.0, h2d_gbps=55.0, duplex_gbps=95.0, matmul_tflops=774.0,
-    matmul_fp32_tflops=400.0, memory_gbps=3000.0, name="h100-design",
+    matmul_fp32_tflops=400.0, memory_gbps=3000.0, attention_tflops=570.0,
+    attention_backward_tflops=450.0, name="h100-design",
 )
 
 
 def _plausible(p: HardwareProfile) -> bool:
     return (1 <= p.d2h_gbps <= 500 and 1 <= p.h2d_gbps <= 500 and 1 <= p.duplex_gbps <= 1000
-            and 0.1 <= p.matmul_tflops <= 20000 and 10 <= p.memory_gbps <= 100000)
+            and 0.1 <= p.matmul_tflops <= 20000 and 10 <= p.memory_gbps <= 100000
+            and 0.1 <= p.attention_tflops <= 20000 and 0.1 <= p.attention_backward_tflops <= 20000)
+
+
+#: ``(m, k, n)`` of the bf16 matmuls whose total FLOPs over total time is the calibrated
+#: matmul rate: a cube, and a transformer block's projections and weight gradient at
+#: 16384 tokens (on an H100 the cube alone ran 3.5% faster than the example GPT's
+#: matmuls did on average).
+MATMUL_SHAPES = ((4096, 4096, 4096), (16384, 2048, 8192), (16384, 8192, 2048), (2048, 16384, 8192))
+
+
+def _matmul_tflops(device: torch.device) -> float:
+    flops = ms = 0.0
+    for m, k, n in MATMUL_SHAPES:
+        a = torch.randn(m, k, device=device, dtype=torch.bfloat16)
+        b = torch.randn(k, n, device=device, dtype=torch.bfloat16)
+        ms += _per_call_ms(lambda: a @ b, 5)
+        flops += 2 * m * k * n
+    return flops / (ms / 1e3) / 1e12
+
+
+def _per_call_ms(fn, calls: int) -> float:
+    """Milliseconds per call of ``fn`` run ``calls`` times back to back between two
+    events, so that the host's launch latency overlaps the kernels (as in a step)."""
+    return time_ms(lambda: [fn() for _ in range(calls)]) / calls
+
+
+def _attention_ms(device: torch.device, dtype: torch.dtype) -> tuple[float, float, int]:
+    """``(forward ms, backward ms, forward FLOPs)`` of a causal scaled-dot-product
+    attention (batch 2, 16 heads, 4096 tokens, head size 128) as SDPA dispatches it.
+    FLOPs count the kept half of the scores (``costs.node_flops`` counts the same way);
+    the backward does 2.5 times the forward's.
+
+    Only the fused kernels are allowed, whatever ``sdpa_kernel`` context the caller
+    compiles in: the profile is cached per device, and attention that runs as the math
+    backend is not a fused node in the graph (it is costed as its matmuls)."""
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    from .costs import causal_fraction
+
+    fused = [SDPBackend.CUDNN_ATTENTION, SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION]
+    shape = (2, 16, 4096, 128)
+    q, k, v = (torch.randn(shape, device=device, dtype=dtype, requires_grad=True) for _ in range(3))
+    with sdpa_kernel(fused):
+        fw_ms = _per_call_ms(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True), 10)
+        with torch.enable_grad():
+            grad = torch.randn(shape, device=device, dtype=dtype)
+            both_ms = _per_call_ms(lambda: torch.autograd.grad(
+                F.scaled_dot_product_attention(q, k, v, is_causal=True), (q, k, v), grad), 5)
+    b, h, t, e = shape
+    flops = int(4 * b * h * t * t * e * causal_fraction(t, t))
+    return fw_ms, max(both_ms - fw_ms, 1e-3), flops
 
 
 def _measure(device: torch.device) -> HardwareProfile:
@@ -195,21 +256,35 @@ def _measure(device: torch.device) -> HardwareProfile:
         # the way fused Inductor kernels use it (on an H100, Inductor's GELU, add and
         # layer-norm kernels ran within 12% of it: benchmarks/kernel_rates.py).
         x, y, z = (t.view(torch.bfloat16) for t in (dev_a, dev_b, torch.empty_like(dev_a)))
-        add_ms = time_ms(lambda: torch.add(x, y, out=z))
         n = 4096
         a16 = torch.randn(n, n, device=device, dtype=torch.bfloat16)
         a32 = torch.randn(n, n, device=device)
-        mm16_ms = time_ms(lambda: a16 @ a16)
-        mm32_ms = time_ms(lambda: a32 @ a32)
+        # The GPU idles while a graph compiles, and its clocks drop: about 0.2 s of
+        # matmuls first, so that the rates below are those of a running step.
+        for _ in range(1000):
+            a16 @ a16
+        torch.cuda.synchronize()
+        add_ms = _per_call_ms(lambda: torch.add(x, y, out=z), 10)
+        matmul_tflops = _matmul_tflops(device)
+        mm32_ms = _per_call_ms(lambda: a32 @ a32, 3)
+        try:
+            att_fw_ms, att_bw_ms, att_flops = _attention_ms(device, torch.bfloat16)
+        except RuntimeError as err:  # no fused attention kernel here: cost it as matmuls
+            log.info("offload: could not time attention on %s (%s); using the matmul rate",
+                     device, err)
+            att_flops = 0
         slowdown = _copy_slowdown(lambda: [a16 @ a16 for _ in range(10)], host_a, dev_a, host_b, dev_b)
     gb = nbytes / 1e9
     profile = HardwareProfile(
         d2h_gbps=gb / (d2h_ms / 1e3),
         h2d_gbps=gb / (h2d_ms / 1e3),
         duplex_gbps=2 * gb / (duplex_ms / 1e3),
-        matmul_tflops=2 * n**3 / (mm16_ms / 1e3) / 1e12,
+        matmul_tflops=matmul_tflops,
         matmul_fp32_tflops=2 * n**3 / (mm32_ms / 1e3) / 1e12,
         memory_gbps=3 * gb / (add_ms / 1e3),
+        attention_tflops=att_flops / (att_fw_ms / 1e3) / 1e12 if att_flops else matmul_tflops,
+        attention_backward_tflops=(2.5 * att_flops / (att_bw_ms / 1e3) / 1e12 if att_flops
+                                   else matmul_tflops),
         copy_slowdown=slowdown,
         name=torch.cuda.get_device_name(device),
     )
@@ -219,13 +294,13 @@ def _measure(device: torch.device) -> HardwareProfile:
 
 def _copy_slowdown(compute, host_a, dev_a, host_b, dev_b) -> float:
     """Fraction by which ``compute`` slows while a D2H and an H2D copy run beside it (the
-    copies, 256 MiB each way, outlast it); median of three, clamped to [0, 0.5]."""
+    copies, 256 MiB each way, outlast it); median of seven, clamped to [0, 0.5]."""
     current = torch.cuda.current_stream()
     out_stream, in_stream = torch.cuda.Stream(), torch.cuda.Stream()
 
     def timed(with_copies: bool) -> float:
         times = []
-        for _ in range(4):
+        for _ in range(8):
             torch.cuda.synchronize()
             if with_copies:
                 with torch.cuda.stream(out_stream):
@@ -238,7 +313,7 @@ def _copy_slowdown(compute, host_a, dev_a, host_b, dev_b) -> float:
             end.record(current)
             torch.cuda.synchronize()
             times.append(start.elapsed_time(end))
-        return sorted(times[1:])[1]  # the first run warms up
+        return sorted(times[1:])[3]  # the first run warms up
 
     alone, beside = timed(False), timed(True)
     return min(0.5, max(0.0, beside / alone - 1))

@@ -9,6 +9,7 @@ for the scope of one ``compile_fx`` call, never globally.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import itertools
 import logging
@@ -39,6 +40,26 @@ log = logging.getLogger("offload_compiler")
 
 #: Solve, repartition, check against a fixed budget: at most this many times.
 MAX_ROUNDS = 3
+#: ``"auto"``: fixed budgets tried on realised partitions after the solver's own choice.
+AUTO_REALISED_STEPS = 4
+
+
+@dataclasses.dataclass
+class _Partition:
+    fw_gm: fx.GraphModule
+    bw_gm: fx.GraphModule
+    candidates: list
+    facts: Any
+
+
+@dataclasses.dataclass
+class _Realised(_Partition):
+    """One plan realised: its partition, the solver's answer, the simulated timeline."""
+
+    solution: Any
+    final: Any
+    recomputed: dict[str, str]
+    earlier: dict[str, Any]
 
 _graph_ids = itertools.count()
 
@@ -79,7 +100,7 @@ class OffloadPartitioner(CustomPartitionerFn):
             if not off_device:
                 cost, lanes = self._cost_model(candidates)
                 facts = planner.gather(fw_gm, bw_gm, num_fwd_outputs, candidates, None, cost)
-                _simulate(plan, facts, planner.final_simulation(facts, {}, lanes), lanes)
+                _simulate(plan, facts, planner.final_simulation(facts, {}, lanes), lanes, cost.hw)
         plan.off_device = off_device
         insert_transfers(fw_gm, bw_gm, num_fwd_outputs, offloads_of(plan))
         dumper.stage("transfers", fw_gm, bw_gm)
@@ -122,12 +143,49 @@ class OffloadPartitioner(CustomPartitionerFn):
         cost, lanes = self._cost_model(candidates)
         facts = planner.gather(fw_gm, bw_gm, num_fwd_outputs, candidates, joint_gm, cost)
         baseline = planner.final_simulation(facts, {}, lanes)
+        start = _Partition(fw_gm, bw_gm, candidates, facts)
+        tags = {n.name: n.meta.get("recompute") for n in joint_gm.graph.nodes}
+        realise = functools.partial(self._realise, joint_gm, joint_inputs, kwargs, start, lanes,
+                                    baseline, cost)
+        auto = self.config.memory_budget == "auto"
+        best = realise(None)
+        if auto and any(o.can_recompute for o in facts.options.values()):
+            best = self._search_realised(best, realise, baseline, joint_gm, tags)
+        if best.recomputed:
+            dumper.stage("recomputed", best.fw_gm, best.bw_gm)
+        # What an earlier round recomputed and the last round's partition still saves
+        # (min-cut kept it), the last round decided on: its decision stands.
+        solution = dataclasses.replace(
+            best.solution,
+            decisions={**{n: planner.RECOMPUTE for n in best.recomputed}, **best.solution.decisions},
+            reasons={**best.recomputed, **best.solution.reasons})
+        if auto:
+            solution = dataclasses.replace(solution, budget_bytes=None, met=True, note="")
+        plan = decide_from_solution(best.candidates, solution, graph_id, best.earlier)
+        final = _simulate(plan, best.facts, baseline, lanes, cost.hw, solution.budget_bytes)
+        budget = solution.budget_bytes
+        if budget is not None and final.peak_bytes > budget:
+            plan.note = (f"budget of {budget} bytes not reachable: best effort predicts "
+                         f"{final.peak_bytes} bytes")
+        release_after = {name: best.facts.fw_nodes[i] for name, i in final.release_after.items()}
+        issue_before = {name: best.facts.bw_nodes[k] for name, k in final.reload_before.items()}
+        return best.fw_gm, best.bw_gm, plan, (release_after, issue_before)
+
+    def _realise(self, joint_gm, joint_inputs, kwargs, start: "_Partition", lanes, baseline,
+                 cost, budget_bytes: int | None) -> "_Realised":
+        """Solve on ``start`` (the default partition) for ``budget_bytes`` (``None``: the
+        config's budget), realise the recomputation by tagging ``joint_gm`` and running
+        min-cut again, and simulate the result; solve again on the realised partition
+        where it misses the budget, up to ``MAX_ROUNDS`` times in all."""
+        num_fwd_outputs = kwargs["num_fwd_outputs"]
+        fw_gm, bw_gm, candidates, facts = start.fw_gm, start.bw_gm, start.candidates, start.facts
         earlier = {c.name: c for c in candidates}
         recomputed: dict[str, str] = {}  # name -> reason, over all rounds
         auto = self.config.memory_budget == "auto"
         bound = None  # after the first round: the peak to hold the plan to
         for _ in range(MAX_ROUNDS):
-            solution = planner.solve_facts(facts, self.config, lanes, baseline.peak_bytes, bound)
+            solution = planner.solve_facts(facts, self.config, lanes, baseline.peak_bytes,
+                                           budget_bytes if bound is None else bound)
             recompute = [n for n, d in solution.decisions.items() if d == planner.RECOMPUTE]
             recomputed.update((n, solution.reasons[n]) for n in recompute)
             if recompute:
@@ -146,36 +204,61 @@ class OffloadPartitioner(CustomPartitionerFn):
                 bound = solution.budget_bytes if not auto else solution.result.peak_bytes
             if not recompute or final.peak_bytes <= bound:
                 break
-        if recomputed:
-            dumper.stage("recomputed", fw_gm, bw_gm)
-        solution = dataclasses.replace(
-            solution,
-            decisions={**solution.decisions, **{n: planner.RECOMPUTE for n in recomputed}},
-            reasons={**solution.reasons, **recomputed})
-        if auto:
-            solution = dataclasses.replace(solution, budget_bytes=None, met=True, note="")
-        plan = decide_from_solution(candidates, solution, graph_id, earlier)
-        final = _simulate(plan, facts, baseline, lanes, solution.budget_bytes)
-        budget = solution.budget_bytes
-        if budget is not None and final.peak_bytes > budget:
-            plan.note = (f"budget of {budget} bytes not reachable: best effort predicts "
-                         f"{final.peak_bytes} bytes")
-        release_after = {name: facts.fw_nodes[i] for name, i in final.release_after.items()}
-        issue_before = {name: facts.bw_nodes[k] for name, k in final.reload_before.items()}
-        return fw_gm, bw_gm, plan, (release_after, issue_before)
+        return _Realised(fw_gm, bw_gm, candidates, facts, solution, final, recomputed, earlier)
+
+    def _search_realised(self, first: "_Realised", realise, baseline, joint_gm, tags) -> "_Realised":
+        """``"auto"``: the least realised activation peak whose realised step stays within
+        ``max_overhead``, bisecting over fixed budgets (``AUTO_REALISED_STEPS`` probes).
+
+        The solver's own search prices a recomputation by its chain in the default
+        partition; min-cut often realises it cheaper (a value it recomputes is reused by
+        the next), so the solver's choice is the starting point, not the answer. A probe
+        that meets the overhead narrows the search downwards, one that misses it upwards.
+        """
+        limit_ms = baseline.step_ms * (1 + self.config.max_overhead)
+        best = first if first.final.step_ms <= limit_ms else None
+        if best is not None:
+            lo, hi = first.final.peak_bytes // 2, first.final.peak_bytes
+        else:
+            lo, hi = first.final.peak_bytes, baseline.peak_bytes
+        for _ in range(AUTO_REALISED_STEPS):
+            mid = (lo + hi) // 2
+            _restore_tags(joint_gm, tags)
+            trial = realise(mid)
+            if trial.final.step_ms <= limit_ms:
+                hi = min(mid, trial.final.peak_bytes)
+                if best is None or (trial.final.peak_bytes, trial.final.step_ms) < (
+                        best.final.peak_bytes, best.final.step_ms):
+                    best = trial
+            else:
+                lo = mid
+        if best is None:  # nothing moved is always within the overhead
+            _restore_tags(joint_gm, tags)
+            best = realise(baseline.peak_bytes)
+        return best
 
     def uuid(self) -> str:
         """Changes with the config and with the code of this package and of ``passes``."""
         return f"offload-{_source_hash()}-{self.config.fingerprint()}"
 
 
-def _simulate(plan: GraphPlan, facts, baseline, lanes, budget_bytes=None):
-    """Simulate the plan's decisions; attach the timeline and the predictions."""
+def _simulate(plan: GraphPlan, facts, baseline, lanes, hw, budget_bytes=None):
+    """Simulate the plan's decisions; attach the timeline, the predictions and the
+    hardware profile ``hw`` they were costed with."""
+    plan.hardware = dataclasses.asdict(hw)
     decisions = {d.name: d.decision.value for d in plan.decisions}
     final = planner.final_simulation(facts, decisions, lanes)
     plan.simulation, plan.baseline_simulation = final, baseline
     plan.predicted = predictions(baseline, final, budget_bytes)
     return final
+
+
+def _restore_tags(joint_gm: fx.GraphModule, tags: dict[str, Any]) -> None:
+    """Put back the recompute tags ``tags`` recorded by node name (the user's, before
+    any probe tagged the graph). By name: min-cut's CSE pass replaces the joint graph's
+    nodes with copies on every call."""
+    for node in joint_gm.graph.nodes:
+        node.meta["recompute"] = tags.get(node.name)
 
 
 def _device_of(candidates, devices: tuple[str, ...]) -> str:

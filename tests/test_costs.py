@@ -40,3 +40,79 @@ def test_chain_with_a_matmul_pays_the_matmul_and_materializes_its_input():
 def test_profile_mode_estimates_cpu_nodes():
     nodes = _graph(lambda x, w: torch.mm(x, w), (N, N), (N, N))
     assert NodeCosts(CPU_PROFILE, profile=True)(nodes["mm"]) == node_ms(nodes["mm"], CPU_PROFILE)
+
+
+def test_causal_fraction_counts_the_scores_the_mask_keeps():
+    from offload_compiler.costs import causal_fraction
+
+    assert causal_fraction(4, 4) == 10 / 16  # 1 + 2 + 3 + 4 of 16
+    assert causal_fraction(2, 4) == 3 / 8    # queries 0, 1 see keys 0 and 0..1
+    assert causal_fraction(4, 2) == 7 / 8    # queries 1..3 see both keys
+    assert causal_fraction(1, 1) == 1.0
+
+
+def _attention_nodes(causal: bool, dtype=torch.float32):
+    """The forward and backward attention nodes of a traced SDPA and its gradient."""
+    import torch.nn.functional as F
+
+    def fn(q, k, v):
+        out = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+        return torch.autograd.grad(out.sum(), (q, k, v))
+
+    inputs = [torch.randn(2, 4, 64, 16, dtype=dtype, requires_grad=True) for _ in range(3)]
+    gm = make_fx(fn, tracing_mode="fake")(*inputs)
+    fw, bw = [n for n in gm.graph.nodes if n.op == "call_function" and "attention" in str(n.target)]
+    return fw, bw
+
+
+def test_causal_attention_counts_the_kept_scores():
+    from offload_compiler.costs import attention_direction, node_flops
+
+    (full, full_bw), (causal, causal_bw) = _attention_nodes(False), _attention_nodes(True)
+    assert (attention_direction(full), attention_direction(full_bw)) == ("forward", "backward")
+    assert node_flops(causal) == int(node_flops(full) * (64 * 65 / 2) / 64**2)
+    assert node_flops(causal_bw) == int(node_flops(full_bw) * (64 * 65 / 2) / 64**2)
+
+
+def test_attention_is_costed_at_its_calibrated_rate_per_direction():
+    import dataclasses
+
+    from offload_compiler.costs import node_flops
+
+    fw, bw = _attention_nodes(True, torch.bfloat16)
+    hw = dataclasses.replace(CPU_PROFILE, matmul_tflops=1e4, attention_tflops=1e-3,
+                             attention_backward_tflops=2e-3)
+    launch = hw.launch_us / 1e3
+    assert node_ms(fw, hw) == pytest.approx(node_flops(fw) / 1e9 * 1e3 + launch)
+    assert node_ms(bw, hw) == pytest.approx(node_flops(bw) / 2e9 * 1e3 + launch)
+    # float32 attention runs at the float32 matmul rate.
+    fw32, _ = _attention_nodes(True)
+    hw32 = dataclasses.replace(hw, matmul_fp32_tflops=1e-3)
+    assert node_ms(fw32, hw32) == pytest.approx(node_flops(fw32) / 1e9 * 1e3 + launch)
+
+
+def test_ops_the_partitioner_wraps_for_rng_replay_cost_what_they_wrap():
+    """Min-cut wraps a random op it recomputes (attention included, even without
+    dropout) in an RNG wrapper that carries no result metadata; it costs the wrapped op."""
+    import dataclasses
+
+    import torch.fx as fx
+    from torch._prims import rng_prims
+
+    fw, _ = _attention_nodes(True, torch.bfloat16)
+    hw = dataclasses.replace(CPU_PROFILE, attention_tflops=1e-3)
+    graph = fx.Graph()
+    inputs = []
+    for a in fw.args[:3]:
+        p = graph.placeholder(a.name)
+        p.meta["val"] = a.meta["val"]
+        inputs.append(p)
+    state = graph.placeholder("rng_state")
+    graphsafe = graph.call_function(rng_prims.graphsafe_run_with_rng_state,
+                                    (fw.target, *inputs, *fw.args[3:]), {**fw.kwargs, "rng_state": state})
+    replay = graph.call_function(rng_prims.run_with_rng_state, (state, fw.target, *inputs, *fw.args[3:]),
+                                 dict(fw.kwargs))
+    expected = node_ms(fw, hw)
+    assert expected > 1.0  # the attention rate, in bfloat16: not a bandwidth-only cost
+    assert node_ms(graphsafe, hw) == pytest.approx(expected)
+    assert node_ms(replay, hw) == pytest.approx(expected)

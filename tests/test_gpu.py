@@ -307,11 +307,15 @@ def test_calibration_measures_real_kernels_even_under_fake_mode():
 
     from offload_compiler.hardware import _plausible, calibrate
 
-    with FakeTensorMode():  # as inside the partitioner
+    # As inside the partitioner; in a math-only attention context, as the bitwise
+    # tests compile: the cached profile must still time the fused attention kernels.
+    with FakeTensorMode(), sdpa_kernel(SDPBackend.MATH):
         profile = calibrate(torch.device("cuda"))
     print(profile)
     assert _plausible(profile) and profile.name != "h100-design"
     assert 5 < profile.d2h_gbps < 200 and 5 < profile.h2d_gbps < 200
+    assert profile.attention_tflops > 0.2 * profile.matmul_tflops
+    assert profile.attention_backward_tflops > 0.2 * profile.matmul_tflops
 
 
 def test_cost_model_parity_and_memory_at_budgets():

@@ -73,6 +73,34 @@ def test_byte_budget_and_auto():
     assert plan.predicted["activation_peak_bytes"] <= nbytes
 
 
+def test_auto_searches_realised_partitions_within_its_overhead(monkeypatch):
+    """The probes on realised partitions keep the step within ``max_overhead`` and find
+    no higher peak than the solver's own choice, realised (no probes)."""
+    from offload_compiler import partitioner
+
+    model, inputs = _gpt()
+    probes = []
+    realise = partitioner.OffloadPartitioner._realise
+
+    def counted(self, *args):
+        out = realise(self, *args)
+        probes.append((args[-1], out.final.peak_bytes, out.final.step_ms))
+        return out
+
+    monkeypatch.setattr(partitioner.OffloadPartitioner, "_realise", counted)
+    searched = _plan(model, inputs, max_overhead=0.05).predicted
+    assert len(probes) == 1 + partitioner.AUTO_REALISED_STEPS
+    assert probes[0][0] is None and all(b is not None for b, _, _ in probes[1:])
+    limit = searched["baseline_step_ms"] * 1.05
+    assert searched["step_ms"] <= limit + 1e-9
+    # The plan is the least peak among the probes that kept within the overhead.
+    assert searched["activation_peak_bytes"] == min(p for _, p, s in probes if s <= limit + 1e-9)
+    torch._dynamo.reset()
+    monkeypatch.setattr(partitioner, "AUTO_REALISED_STEPS", 0)
+    alone = _plan(model, inputs, max_overhead=0.05).predicted
+    assert searched["activation_peak_bytes"] <= alone["activation_peak_bytes"]
+
+
 def test_impossible_budget_is_best_effort_and_said():
     model, inputs = _gpt()
     plan = _plan(model, inputs, memory_budget=1)  # one byte
@@ -141,6 +169,12 @@ def test_user_must_save_tags_are_honoured():
     for d in addmm:
         assert d.decision.value == "keep" and "checkpoint tag" in d.reason
     assert "not reachable" in plan.note  # the tags, not the planner, held the memory
+    # "auto" probes several budgets on the joint graph, tagging and untagging it: the
+    # user's tags hold in the plan it keeps.
+    torch._dynamo.reset()
+    plan = _plan(model, (x,), memory_budget="auto", max_overhead=0.5)
+    addmm = [d for d in plan.decisions if d.producer.startswith("aten.addmm")]
+    assert addmm and all(d.decision.value == "keep" and "checkpoint tag" in d.reason for d in addmm)
 
 
 def test_user_must_cpu_offload_tags_are_honoured():
