@@ -50,8 +50,10 @@ class HardwareProfile:
     launch_us: float = 4.0
     """Fixed cost of one kernel, microseconds."""
     copy_slowdown: float = 0.0
-    """How much slower compute runs while copies to and from the host run, as a
-    fraction (0.02: two percent); in [0, 1)."""
+    """How much slower memory-bound kernels (elementwise ops, reductions: what Inductor
+    generates) run while copies to and from the host run, as a fraction (0.02: two
+    percent); in [0, 1). Measured on elementwise adds beside both copies. The planner
+    does not slow matmuls and attention by it (see ``planner.Facts.slowed``)."""
     name: str = ""
     """Device name, or ``"cpu-fixed"``."""
 
@@ -273,7 +275,11 @@ def _measure(device: torch.device) -> HardwareProfile:
             log.info("offload: could not time attention on %s (%s); using the matmul rate",
                      device, err)
             att_flops = 0
-        slowdown = _copy_slowdown(lambda: [a16 @ a16 for _ in range(10)], host_a, dev_a, host_b, dev_b)
+        # Thirty elementwise adds over 64 MiB buffers of their own (about 2 ms on an H100).
+        u, v, w = (torch.empty(64 << 20, dtype=torch.uint8, device=device).view(torch.bfloat16)
+                   for _ in range(3))
+        slowdown = _copy_slowdown(lambda: [torch.add(u, v, out=w) for _ in range(30)],
+                                  host_a, dev_a, host_b, dev_b)
     gb = nbytes / 1e9
     profile = HardwareProfile(
         d2h_gbps=gb / (d2h_ms / 1e3),

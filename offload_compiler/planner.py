@@ -52,6 +52,11 @@ class Facts:
     """Joint-graph node names to recompute for each tensor that may be recomputed."""
     bw_out_bytes: list[int] = dataclasses.field(default_factory=list)
     """Bytes each backward op writes to memory (its output, where materialized)."""
+    slowed: tuple[list[bool], list[bool]] | None = None
+    """Which forward and backward ops a running copy slows (``copy_slowdown``): the
+    memory-bound ones, not matmuls or attention. Slowing every op priced offloading
+    above recomputation, and those plans ran 2 to 3 ms slower on an H100 than plans
+    that offload (``benchmarks/RESULTS.md``, session 4)."""
 
 
 def _is_random(node: fx.Node) -> bool:
@@ -142,8 +147,9 @@ def gather(fw_gm: fx.GraphModule, bw_gm: fx.GraphModule, num_fwd_outputs: int,
         chains[c.name] = [n.name for n in chain]
     tensors = _share_recomputation(tensors, chains, joint, cost)
     bw_out = [tensor_bytes(n.meta.get("val")) if is_materialized(n) else 0 for n in bw_nodes]
+    slowed = ([not is_extern(n) for n in fw_nodes], [not is_extern(n) for n in bw_nodes])
     return Facts(fw_nodes, bw_nodes, [cost(n) for n in fw_nodes],
-                 [cost(n) for n in bw_nodes], tensors, options, chains, bw_out)
+                 [cost(n) for n in bw_nodes], tensors, options, chains, bw_out, slowed)
 
 
 def _share_recomputation(tensors: list[SimTensor], chains: dict[str, list[str]],
@@ -209,7 +215,7 @@ def solve_facts(facts: Facts, config: OffloadConfig, lanes: Lanes,
         facts.fw_ms, facts.bw_ms, facts.tensors, facts.options, lanes,
         budget_bytes=budget, max_overhead=config.max_overhead,
         host_cap_bytes=config.max_host_bytes, for_auto=config.memory_budget == "auto",
-        bw_out_bytes=facts.bw_out_bytes,
+        bw_out_bytes=facts.bw_out_bytes, slowed=facts.slowed,
     )
 
 
@@ -226,7 +232,8 @@ def tag_recompute(joint_gm: fx.GraphModule, chains: list[list[str]]) -> int:
 
 def final_simulation(facts: Facts, decisions: dict[str, str], lanes: Lanes) -> SimResult:
     tensors = [dataclasses.replace(x, decision=decisions.get(x.name, KEEP)) for x in facts.tensors]
-    return simulate(facts.fw_ms, facts.bw_ms, tensors, lanes, record=True, bw_out_bytes=facts.bw_out_bytes)
+    return simulate(facts.fw_ms, facts.bw_ms, tensors, lanes, record=True,
+                    bw_out_bytes=facts.bw_out_bytes, slowed=facts.slowed)
 
 
 __all__ = ["Facts", "Lanes", "gather", "solve_facts", "tag_recompute", "final_simulation", "lanes_of",

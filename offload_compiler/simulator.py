@@ -15,7 +15,7 @@ The model:
   for it before the first use; its memory is held from issue to its last use;
 - ``Lanes.lead`` adds slack to both: a copy counts as done that fraction of its
   duration after its planned end; a compute op that starts while a copy runs takes
-  ``Lanes.compute_slowdown`` longer;
+  ``Lanes.compute_slowdown`` longer (only the ops ``slowed`` names, when given);
 - a recomputed tensor is not held between its last forward use and backward; it costs
   ``recompute_ms`` of compute right before its first backward use, less ``shared_ms``
   when another tensor of its ``group`` was recomputed before it;
@@ -104,9 +104,12 @@ def copy_ms(nbytes: int, gbps: float) -> float:
 
 
 def simulate(fw_ms: list[float], bw_ms: list[float], tensors: list[SimTensor], lanes: Lanes,
-             *, record: bool = False, bw_out_bytes: list[int] | None = None) -> SimResult:
+             *, record: bool = False, bw_out_bytes: list[int] | None = None,
+             slowed: tuple[list[bool], list[bool]] | None = None) -> SimResult:
     """Simulate one training step; see the module docstring for the model.
-    ``bw_out_bytes[k]``: bytes backward op ``k`` writes, held while it runs."""
+    ``bw_out_bytes[k]``: bytes backward op ``k`` writes, held while it runs.
+    ``slowed``: which forward and which backward ops a running copy slows (``None``:
+    all of them)."""
     mem_deltas: list[tuple[float, int, int]] = []  # (time, order, delta)
     events: list[tuple[str, str, float, float]] = []
     order = 0
@@ -133,9 +136,10 @@ def simulate(fw_ms: list[float], bw_ms: list[float], tensors: list[SimTensor], l
     op_start: list[float] = []
     n_fw = len(fw_ms)
     slow = 1.0 + lanes.compute_slowdown
+    fw_slowed, bw_slowed = slowed if slowed is not None else (None, None)
     for i in range(n_fw):
         op_start.append(t)
-        ms = fw_ms[i] * (slow if d2h_free > t else 1.0)
+        ms = fw_ms[i] * (slow if d2h_free > t and (fw_slowed is None or fw_slowed[i]) else 1.0)
         if record and ms > 0:
             events.append(("compute", f"fw {i}", t, t + ms))
         t += ms
@@ -219,7 +223,7 @@ def simulate(fw_ms: list[float], bw_ms: list[float], tensors: list[SimTensor], l
                     events.append(("compute", f"recompute {x.name}", t, t + ms))
                 t += ms
                 mem(t, x.nbytes)
-        ms = bw_ms[k] * (slow if h2d_free > t else 1.0)
+        ms = bw_ms[k] * (slow if h2d_free > t and (bw_slowed is None or bw_slowed[k]) else 1.0)
         if record and ms > 0:
             events.append(("compute", f"bw {k}", t, t + ms))
         out = bw_out_bytes[k] if bw_out_bytes else 0

@@ -74,11 +74,12 @@ def solve(
     tolerance_ms: float | None = None,
     for_auto: bool = False,
     bw_out_bytes: list[int] | None = None,
+    slowed: tuple[list[bool], list[bool]] | None = None,
 ) -> Solution:
     """Decisions for ``budget_bytes`` (``None``: ``"auto"``); see the module docstring.
     ``for_auto``: a fixed budget that ``"auto"`` chose; reasons are worded for auto."""
     problem = _Problem(fw_ms, bw_ms, tensors, options, lanes, max_overhead, host_cap_bytes,
-                       tolerance_ms, bw_out_bytes)
+                       tolerance_ms, bw_out_bytes, slowed)
     best = _greedy(problem, budget_bytes)
     if budget_bytes is not None and not for_auto:
         return best
@@ -117,6 +118,7 @@ class _Problem:
     host_cap_bytes: int | None
     tolerance_ms: float | None
     bw_out_bytes: list[int] | None
+    slowed: tuple[list[bool], list[bool]] | None
 
 
 def _greedy(problem: _Problem, budget_bytes: int | None) -> Solution:
@@ -138,7 +140,7 @@ def _greedy(problem: _Problem, budget_bytes: int | None) -> Solution:
     def run(dec: dict[str, str]) -> SimResult:
         return simulate(problem.fw_ms, problem.bw_ms,
                         [dataclasses.replace(x, decision=dec[x.name]) for x in tensors], lanes,
-                        bw_out_bytes=problem.bw_out_bytes)
+                        bw_out_bytes=problem.bw_out_bytes, slowed=problem.slowed)
 
     def host_of(dec: dict[str, str]) -> int:
         return sum(by_name[n].nbytes for n, d in dec.items() if d == OFFLOAD)

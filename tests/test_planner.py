@@ -265,3 +265,22 @@ def test_plan_offline_plans_without_running_the_model(tmp_path):
     assert full["recompute_gib"] == 0 and full["offload_gib"] == 0
     assert tight["activation_gib"] <= 0.3 * tight["baseline_gib"] + 1e-9 or tight["note"]
     assert tight["offload_gib"] + tight["recompute_gib"] > 0
+
+
+
+def test_copies_slow_memory_bound_ops_not_matmuls(monkeypatch):
+    from offload_compiler import planner
+    from offload_compiler.costs import is_extern
+
+    seen = []
+    gather = planner.gather
+    monkeypatch.setattr(planner, "gather", lambda *a, **k: seen.append(gather(*a, **k)) or seen[-1])
+    model, inputs = _gpt()
+    _plan(model, inputs, memory_budget=0.5)
+    facts = seen[0]
+    fw_slowed, bw_slowed = facts.slowed
+    assert len(fw_slowed) == len(facts.fw_nodes) and len(bw_slowed) == len(facts.bw_nodes)
+    mms = [i for i, n in enumerate(facts.fw_nodes) if n.target in (aten.mm.default, aten.addmm.default)]
+    assert mms and not any(fw_slowed[i] for i in mms)
+    assert all(s == (not is_extern(n)) for n, s in zip(facts.bw_nodes, bw_slowed))
+    assert any(fw_slowed)

@@ -220,3 +220,17 @@ def test_compute_slows_while_a_copy_runs():
     assert [round(e[3] - e[2], 6) for e in fw] == [1, 3, 1]
     assert r.fw_ms == pytest.approx(5)
     assert simulate([1, 2, 1], [1, 1, 1], ts, LANES).fw_ms == pytest.approx(4)
+
+
+def test_only_the_ops_named_slowed_run_slower_beside_a_copy():
+    # As above, with op1 marked not slowed (a matmul): forward takes 4 ms, as with no
+    # slowdown; in backward, op0 starts under the reload and is slowed only if marked.
+    slow = Lanes(1.0, 1.0, compute_slowdown=0.5)
+    ts = [T("A", 2 * MB, 0, 0, 2, 2, OFFLOAD)]
+    r = simulate([1, 2, 1], [1, 1, 1], ts, slow, slowed=([True, False, True], [True, True, True]))
+    assert r.fw_ms == pytest.approx(4)
+    matmuls = simulate([1, 2, 1], [1, 1, 1], ts, slow, slowed=([True, True, True], [False, False, False]))
+    assert matmuls.fw_ms == pytest.approx(5)
+    assert matmuls.bw_ms == simulate([1, 2, 1], [1, 1, 1], ts, LANES).bw_ms
+    everything = simulate([1, 2, 1], [1, 1, 1], ts, slow)
+    assert everything.bw_ms > matmuls.bw_ms
