@@ -11,7 +11,7 @@ back between two CUDA events, so that the host's launch overhead overlaps the
 kernels as in a step. Each row gives the measured time, the roofline's estimate
 from the calibrated profile, and their ratio; then the same kernel timed while a D2H
 copy, an H2D copy, and both run beside it (the calibrated ``copy_slowdown`` is
-measured on matmuls beside both), as slowdowns against the time alone.
+measured on elementwise adds beside both), as slowdowns against the time alone.
 """
 
 from __future__ import annotations

@@ -24,7 +24,8 @@ Profiled figures, per step:
 - ``fw_gpu_ms`` / ``bw_gpu_ms``: GPU time from the first to the last compute kernel
   launched while the host ran the forward / the backward;
 - ``gemm``, ``attention``, ``triton``, ``other``: compute-stream kernel time by kind;
-  ``fw_triton``, ``bw_gemm`` and so on: the same for the kernels each phase launched;
+  ``fw_triton``, ``bw_gemm`` and so on: the same for the kernels each phase launched,
+  and ``fw_triton_n`` and so on, how many kernels;
 - ``d2h_ms`` / ``h2d_ms``: copy time per direction, per step;
 - the planner's predictions for the same graph (step, forward, backward, stall, and
   the baseline step it compared against);
@@ -117,6 +118,7 @@ def analyze_trace(trace: dict, steps: int) -> dict:
             phase_ms[name] += (max(e["ts"] + e["dur"] for e in mine) - min(e["ts"] for e in mine)) / 1e3 / steps
         for e in mine:
             phase_kinds[f"{name}_{kernel_kind(e['name'])}"] += e["dur"] / 1e3 / steps
+            phase_kinds[f"{name}_{kernel_kind(e['name'])}_n"] += 1 / steps
     # The longest waits of the compute stream, and the copy that ended each, if any.
     t0 = min(e["ts"] for e in kernels)
     ordered = sorted(kernels, key=lambda e: e["ts"])
@@ -139,8 +141,8 @@ def analyze_trace(trace: dict, steps: int) -> dict:
         "fw_gpu_ms": phase_ms["fw"],
         "bw_gpu_ms": phase_ms["bw"],
         **{k: kinds.get(k, 0.0) / steps for k in ("gemm", "attention", "triton", "other")},
-        **{f"{p}_{k}": phase_kinds.get(f"{p}_{k}", 0.0)
-           for p in ("fw", "bw") for k in ("gemm", "attention", "triton", "other")},
+        **{f"{p}_{k}{n}": phase_kinds.get(f"{p}_{k}{n}", 0.0)
+           for p in ("fw", "bw") for k in ("gemm", "attention", "triton", "other") for n in ("", "_n")},
         "d2h_ms": copies.get("d2h", 0.0) / steps,
         "h2d_ms": copies.get("h2d", 0.0) / steps,
     }
