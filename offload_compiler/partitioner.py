@@ -144,7 +144,7 @@ class OffloadPartitioner(CustomPartitionerFn):
         facts = planner.gather(fw_gm, bw_gm, num_fwd_outputs, candidates, joint_gm, cost)
         baseline = planner.final_simulation(facts, {}, lanes)
         start = _Partition(fw_gm, bw_gm, candidates, facts)
-        tags = {n.name: n.meta.get("recompute") for n in joint_gm.graph.nodes}
+        tags = {n.name: n.meta["recompute"] for n in joint_gm.graph.nodes if "recompute" in n.meta}
         realise = functools.partial(self._realise, joint_gm, joint_inputs, kwargs, start, lanes,
                                     baseline, cost)
         auto = self.config.memory_budget == "auto"
@@ -258,7 +258,10 @@ def _restore_tags(joint_gm: fx.GraphModule, tags: dict[str, Any]) -> None:
     any probe tagged the graph). By name: min-cut's CSE pass replaces the joint graph's
     nodes with copies on every call."""
     for node in joint_gm.graph.nodes:
-        node.meta["recompute"] = tags.get(node.name)
+        if node.name in tags:
+            node.meta["recompute"] = tags[node.name]
+        else:
+            node.meta.pop("recompute", None)
 
 
 def _device_of(candidates, devices: tuple[str, ...]) -> str:
