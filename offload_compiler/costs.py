@@ -3,9 +3,11 @@
 A roofline per node. Extern kernels (matmul, attention: FLOPs from
 ``torch.utils.flop_counter``'s formulas, causal attention counting only the scores its
 mask keeps) cost the larger of FLOPs over the kernel's rate (the matmul rate, or the
-calibrated attention rate of each direction) and bytes over the memory bandwidth. Other ops are assumed fused by Inductor into
-their neighbours: they cost only the bytes they read from or write to materialized
-buffers (graph inputs, extern results, values an extern kernel or the output reads).
+calibrated attention rate of each direction) and bytes over the memory bandwidth.
+Other ops are assumed fused by Inductor into their neighbours: they cost only the
+bytes they read from or write to materialized buffers (graph inputs, extern results,
+values an extern kernel or the output reads). An op that min-cut wrapped for RNG
+replay costs what it wraps.
 Views, ``getitem`` and the transfer ops cost nothing.
 
 :class:`NodeCosts` is what the planner calls: the estimate above, or, in profiling
@@ -110,7 +112,7 @@ def attention_direction(node: fx.Node) -> str | None:
     return "backward" if name.endswith("_backward") else "forward"
 
 
-def _argument(node: fx.Node, name: str):
+def op_argument(node: fx.Node, name: str):
     """The value ``node`` passes for its op's argument ``name`` (schema default if absent)."""
     target, args, kwargs = _call(node)
     schema = getattr(target, "_schema", None)
@@ -123,9 +125,9 @@ def _argument(node: fx.Node, name: str):
 
 
 def _attention_mask_fraction(node: fx.Node) -> float:
-    if attention_direction(node) is None or _argument(node, "is_causal") is not True:
+    if attention_direction(node) is None or op_argument(node, "is_causal") is not True:
         return 1.0
-    q, k = _vals(_argument(node, "query")), _vals(_argument(node, "key"))
+    q, k = _vals(op_argument(node, "query")), _vals(op_argument(node, "key"))
     if not isinstance(q, torch.Tensor) or not isinstance(k, torch.Tensor):
         return 1.0
     lq, lk = size_hint(q.shape[-2]), size_hint(k.shape[-2])

@@ -28,7 +28,7 @@ from passes import Candidate
 from passes.analyze_candidates import alias_closure, is_view_node, saved_values
 
 from .config import OffloadConfig
-from .costs import NodeCosts, chain_ms, is_extern, is_materialized, tensor_bytes
+from .costs import NodeCosts, chain_ms, is_extern, is_materialized, op_argument, tensor_bytes
 from .hardware import HardwareProfile
 from .simulator import KEEP, OFFLOAD, RECOMPUTE, Lanes, SimResult, SimTensor, simulate
 from .solver import Option, Solution, solve
@@ -65,13 +65,8 @@ def _is_random(node: fx.Node) -> bool:
     tags = getattr(node.target, "tags", ())
     if torch.Tag.nondeterministic_seeded not in tags:
         return False
-    schema = getattr(node.target, "_schema", None)
-    if schema is not None:
-        for i, arg in enumerate(schema.arguments):
-            if arg.name == "dropout_p":
-                value = node.args[i] if i < len(node.args) else node.kwargs.get("dropout_p", arg.default_value)
-                return not (isinstance(value, (int, float)) and value == 0)
-    return True
+    value = op_argument(node, "dropout_p")  # None: the op has no such argument
+    return not (isinstance(value, (int, float)) and value == 0)
 
 
 def _recompute_chain(joint: dict[str, fx.Node], name: str, saved: set[str]) -> tuple[list[fx.Node], str]:
