@@ -30,7 +30,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "examples"))
 
 from gpt import PRESETS, preset  # noqa: E402
-from offload_compiler.hardware import calibrate, time_ms  # noqa: E402
+from offload_compiler.hardware import calibrate, time_beside_copies, time_ms  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -50,39 +50,18 @@ def main(argv: list[str] | None = None) -> int:
     chunk = 256 << 20
     host = [torch.empty(chunk, dtype=torch.uint8, pin_memory=True) for _ in range(2)]
     device_bufs = [torch.empty(chunk, dtype=torch.uint8, device=dev) for _ in range(2)]
-    out_stream, in_stream = torch.cuda.Stream(), torch.cuda.Stream()
-
-    def start_copies(d2h: bool, h2d: bool, copies: int = 16) -> None:
-        """Queue ``copies`` 256 MiB copies per direction on side streams (about 75 ms
-        at 55 GB/s), longer than any timed batch below."""
-        for _ in range(copies):
-            if d2h:
-                with torch.cuda.stream(out_stream):
-                    host[0].copy_(device_bufs[0], non_blocking=True)
-            if h2d:
-                with torch.cuda.stream(in_stream):
-                    device_bufs[1].copy_(host[1], non_blocking=True)
 
     def back_to_back(fn, n=50, d2h=False, h2d=False):
         """Milliseconds per call of ``fn`` run ``n`` times between two events: the host's
         launch overhead (tens of microseconds for a compiled function) overlaps the
         kernels, as it does in a step, instead of being timed with them. With ``d2h`` or
-        ``h2d``, copies run beside each timed batch (median of five)."""
+        ``h2d``, sixteen 256 MiB copies per direction (about 75 ms at 55 GB/s, longer
+        than any batch below) run beside each timed batch."""
         if not (d2h or h2d):
             return time_ms(lambda: [fn() for _ in range(n)], repeat=5) / n
-        fn()
-        times = []
-        for _ in range(5):
-            torch.cuda.synchronize()
-            start_copies(d2h, h2d)
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            for _ in range(n):
-                fn()
-            end.record()
-            torch.cuda.synchronize()
-            times.append(start.elapsed_time(end))
-        return sorted(times)[2] / n
+        return time_beside_copies(lambda: [fn() for _ in range(n)],
+                                  d2h=(host[0], device_bufs[0]) if d2h else None,
+                                  h2d=(device_bufs[1], host[1]) if h2d else None, copies=16) / n
 
     def timed(fn, n):
         """``(alone_ms, [slowdown beside D2H, beside H2D, beside both])`` per call."""

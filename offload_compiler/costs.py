@@ -283,18 +283,13 @@ class NodeCosts:
 _timed: dict[tuple, float | None] = {}
 
 
-def _first_tensor(node: fx.Node) -> torch.Tensor | None:
-    val = node.meta.get("val")
-    if isinstance(val, (list, tuple)):
-        val = next((v for v in val if isinstance(v, torch.Tensor)), None)
-    return val if isinstance(val, torch.Tensor) else None
-
-
 def _some_tensor(node: fx.Node) -> torch.Tensor | None:
     """``node``'s first tensor result, else its first tensor input (the RNG wrappers
     carry no result metadata)."""
-    val = _first_tensor(node)
-    if val is None:
+    val = node.meta.get("val")
+    if isinstance(val, (list, tuple)):
+        val = next((v for v in val if isinstance(v, torch.Tensor)), None)
+    if not isinstance(val, torch.Tensor):
         val = next((v for v in (a.meta.get("val") for a in node.all_input_nodes)
                     if isinstance(v, torch.Tensor)), None)
     return val

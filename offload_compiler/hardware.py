@@ -298,28 +298,35 @@ def _measure(device: torch.device) -> HardwareProfile:
     return profile
 
 
+def time_beside_copies(fn, d2h: tuple[torch.Tensor, torch.Tensor] | None = None,
+                       h2d: tuple[torch.Tensor, torch.Tensor] | None = None,
+                       copies: int = 1, runs: int = 8) -> float:
+    """Median milliseconds of ``fn`` on the current stream while ``copies`` copies per
+    given direction run on side streams: ``d2h=(host, device)`` copies device to host,
+    ``h2d=(device, host)`` host to device (neither: ``fn`` alone). The copies must
+    outlast ``fn``. Of ``runs`` runs the first warms up."""
+    current = torch.cuda.current_stream()
+    lanes = [(torch.cuda.Stream(), *pair) for pair in (d2h, h2d) if pair is not None]
+    times = []
+    for _ in range(runs):
+        torch.cuda.synchronize()
+        for stream, dst, src in lanes:
+            with torch.cuda.stream(stream):
+                for _ in range(copies):
+                    dst.copy_(src, non_blocking=True)
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record(current)
+        fn()
+        end.record(current)
+        torch.cuda.synchronize()
+        times.append(start.elapsed_time(end))
+    rest = sorted(times[1:])
+    return rest[len(rest) // 2]
+
+
 def _copy_slowdown(compute, host_a, dev_a, host_b, dev_b) -> float:
     """Fraction by which ``compute`` slows while a D2H and an H2D copy run beside it (the
     copies, 256 MiB each way, outlast it); median of seven, clamped to [0, 0.5]."""
-    current = torch.cuda.current_stream()
-    out_stream, in_stream = torch.cuda.Stream(), torch.cuda.Stream()
-
-    def timed(with_copies: bool) -> float:
-        times = []
-        for _ in range(8):
-            torch.cuda.synchronize()
-            if with_copies:
-                with torch.cuda.stream(out_stream):
-                    host_a.copy_(dev_a, non_blocking=True)
-                with torch.cuda.stream(in_stream):
-                    dev_b.copy_(host_b, non_blocking=True)
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record(current)
-            compute()
-            end.record(current)
-            torch.cuda.synchronize()
-            times.append(start.elapsed_time(end))
-        return sorted(times[1:])[3]  # the first run warms up
-
-    alone, beside = timed(False), timed(True)
+    alone = time_beside_copies(compute)
+    beside = time_beside_copies(compute, d2h=(host_a, dev_a), h2d=(dev_b, host_b))
     return min(0.5, max(0.0, beside / alone - 1))

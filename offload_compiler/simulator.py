@@ -136,10 +136,10 @@ def simulate(fw_ms: list[float], bw_ms: list[float], tensors: list[SimTensor], l
     op_start: list[float] = []
     n_fw = len(fw_ms)
     slow = 1.0 + lanes.compute_slowdown
-    fw_slowed, bw_slowed = slowed if slowed is not None else (None, None)
+    fw_slowed, bw_slowed = slowed if slowed is not None else ([True] * n_fw, [True] * len(bw_ms))
     for i in range(n_fw):
         op_start.append(t)
-        ms = fw_ms[i] * (slow if d2h_free > t and (fw_slowed is None or fw_slowed[i]) else 1.0)
+        ms = fw_ms[i] * (slow if d2h_free > t and fw_slowed[i] else 1.0)
         if record and ms > 0:
             events.append(("compute", f"fw {i}", t, t + ms))
         t += ms
@@ -223,7 +223,7 @@ def simulate(fw_ms: list[float], bw_ms: list[float], tensors: list[SimTensor], l
                     events.append(("compute", f"recompute {x.name}", t, t + ms))
                 t += ms
                 mem(t, x.nbytes)
-        ms = bw_ms[k] * (slow if h2d_free > t and (bw_slowed is None or bw_slowed[k]) else 1.0)
+        ms = bw_ms[k] * (slow if h2d_free > t and bw_slowed[k] else 1.0)
         if record and ms > 0:
             events.append(("compute", f"bw {k}", t, t + ms))
         out = bw_out_bytes[k] if bw_out_bytes else 0

@@ -142,8 +142,9 @@ def _greedy(problem: _Problem, budget_bytes: int | None) -> Solution:
                         [dataclasses.replace(x, decision=dec[x.name]) for x in tensors], lanes,
                         bw_out_bytes=problem.bw_out_bytes, slowed=problem.slowed)
 
-    def host_of(dec: dict[str, str]) -> int:
-        return sum(by_name[n].nbytes for n, d in dec.items() if d == OFFLOAD)
+    def over_host_cap(dec: dict[str, str]) -> bool:
+        return host_cap_bytes is not None and \
+            sum(by_name[n].nbytes for n, d in dec.items() if d == OFFLOAD) > host_cap_bytes
 
     baseline = run({x.name: KEEP for x in tensors})
     current = run(decisions)
@@ -158,7 +159,7 @@ def _greedy(problem: _Problem, budget_bytes: int | None) -> Solution:
     def try_change(x: SimTensor, choice: str, max_step: float) -> bool:
         nonlocal current
         trial = {**decisions, x.name: choice}
-        if choice == OFFLOAD and host_cap_bytes is not None and host_of(trial) > host_cap_bytes:
+        if choice == OFFLOAD and over_host_cap(trial):
             return False
         result = run(trial)
         # A lower peak, or the same peak with less held at the end of forward at no cost
@@ -250,7 +251,7 @@ def _greedy(problem: _Problem, budget_bytes: int | None) -> Solution:
             others.remove(y)
             for _, choice in priced_choices(y):
                 attempt = {**trial, y.name: choice}
-                if choice == OFFLOAD and host_cap_bytes is not None and host_of(attempt) > host_cap_bytes:
+                if choice == OFFLOAD and over_host_cap(attempt):
                     continue
                 got = run(attempt)
                 if got.peak_bytes < result.peak_bytes:
