@@ -21,6 +21,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import operator
+
 import torch
 import torch.fx as fx
 from torch.utils.flop_counter import flop_registry
@@ -61,31 +63,96 @@ def _is_extern(node: fx.Node) -> bool:
     return packet is not None and packet in flop_registry
 
 
-def anchor_before(node: fx.Node, floor: fx.Node | None = None) -> fx.Node | None:
-    """The tensor a ``release`` placed after ``node`` takes as its anchor.
+def materialized(graph: fx.Graph) -> dict[fx.Node, int]:
+    """When Inductor writes a computed tensor to memory whatever we do: for each such
+    tensor, the position (index in graph order) of the node that makes it so. That is
+    the tensor's own node for the result of an extern kernel (matmul, attention,
+    convolution; also their ``getitem``s), and the first extern kernel or transfer op
+    that reads it otherwise.
 
-    Preferably the nearest extern kernel's result (a matmul: materialized anyway, so
-    the anchor changes no fusion) at or before ``node`` and not before ``floor``;
-    otherwise the nearest computed tensor, looking past ``floor`` if there is none
-    between (``None`` only when no tensor is computed before ``node`` at all: the op
-    then belongs at the top of the graph).
+    An anchor is an extra input of an extern op, so Inductor materializes it where the
+    op is lowered. A tensor not materialized by then (a pointwise result its consumers
+    would fuse, or a saved value only written out at the end of the graph) would be
+    written there instead, which splits fusions: more kernels, more memory traffic.
     """
+    found: dict[fx.Node, int] = {}
+    for i, node in enumerate(graph.nodes):
+        if node.op != "call_function":
+            continue
+        extern = _is_extern(node)
+        if extern or node.target in ops.TRANSFER_OPS:
+            for n in node.all_input_nodes:
+                found.setdefault(n, i)
+        if extern:
+            found.setdefault(node, i)
+            for u in node.users:
+                if u.target is operator.getitem:
+                    found.setdefault(u, i)
+    return {n: i for n, i in found.items() if is_tensor_op(n)}
+
+
+def anchor_before(node: fx.Node) -> fx.Node | None:
+    """The tensor an op placed right after ``node`` takes as its anchor: the nearest
+    tensor at or before ``node`` already :func:`materialized` there (the op may then be
+    issued a little earlier than asked), else the nearest computed tensor (``None``
+    only when nothing is computed before ``node``: the op belongs at the top).
+    """
+    done = materialized(node.graph)
+    nodes = list(node.graph.nodes)
+    at = nodes.index(node)
     nearest = None
-    past_floor = False
-    cur = node
-    while cur is not None and cur.op != "root":
+    for cur in reversed(nodes[: at + 1]):
         if is_tensor_op(cur):
-            if _is_extern(cur) and not past_floor:
+            if done.get(cur, at + 1) <= at:
                 return cur
             nearest = nearest or cur
-            if past_floor:
-                return nearest
-        if cur is floor:
-            if nearest is not None:
-                return nearest
-            past_floor = True
-        cur = cur.prev
     return nearest
+
+
+def anchor_after(node: fx.Node, floor: fx.Node) -> fx.Node | None:
+    """Anchor for a ``release`` meant to follow ``node``: the nearest tensor after
+    ``floor`` (the released value) and at or before ``node`` that is already
+    :func:`materialized` there, else the first extern result after ``node`` (the
+    release then moves there: a little later, which holds memory a little longer and
+    never stalls compute), else the nearest computed tensor after ``floor``. ``None``
+    when there is none.
+    """
+    done = materialized(node.graph)
+    nodes = list(node.graph.nodes)
+    at, low = nodes.index(node), nodes.index(floor)
+    window = nodes[low + 1 : at + 1]
+    for cur in reversed(window):
+        if done.get(cur, at + 1) <= at:
+            return cur
+    for i, cur in enumerate(nodes[at + 1 :], start=at + 1):
+        if done.get(cur) == i:
+            return cur
+    return next((n for n in reversed(window) if is_tensor_op(n)), None)
+
+
+def _copy_point(x: fx.Node) -> fx.Node:
+    """Where ``d2h(x)`` goes: right before the first extern kernel (matmul, attention)
+    after ``x``. The copy makes Inductor write ``x`` to memory where it is lowered;
+    earlier, the pointwise and reduction work up to that kernel, which reads ``x`` in
+    registers where it is fused, would read it from memory in separate kernels. Only
+    that fused work lies between, so the copy starts about as early.
+    """
+    cur = x.next
+    while cur.op == "call_function" and not _is_extern(cur):
+        cur = cur.next
+    return cur
+
+
+def _wait_point(first: fx.Node) -> fx.Node:
+    """Where the reload of a value whose first reader is ``first`` goes (with its
+    ``wait``): right after the last extern kernel or transfer op before ``first``. Put
+    between fused pointwise kernels it splits them (Inductor did not fuse across it);
+    at the kernel boundary it only waits a few fused kernels early."""
+    cur = first
+    while (cur.prev.op == "call_function" and not _is_extern(cur.prev)
+           and cur.prev.target not in ops.TRANSFER_OPS):
+        cur = cur.prev
+    return cur
 
 
 def insert_transfers(
@@ -108,22 +175,23 @@ def insert_transfers(
         placeholder = bw_inputs[off.name]
         dev_val = x.meta["val"]
         # -- forward: copy out after the producer, release after the last use ------
-        with fw.inserting_after(x):
+        with fw.inserting_before(_copy_point(x)):
             dense = is_dense(dev_val)
             host = fw.call_function(ops.D2H, (x, dense))
         host.meta["val"] = _fake(ops.D2H, *host.args)
         order = {n: i for i, n in enumerate(fw.nodes)}
         users = [u for n in alias_closure(x) for u in n.users if u.op != "output"]
         last = max(users + [host], key=order.__getitem__)
-        with fw.inserting_after(last):
-            release = fw.call_function(ops.RELEASE, (x, host, anchor_before(last, floor=x)))
+        anchor = anchor_after(last, floor=x)
+        with fw.inserting_after(last if anchor is None or order[anchor] < order[last] else anchor):
+            release = fw.call_function(ops.RELEASE, (x, host, anchor))
         release.meta["val"] = None
         index = next(i for i in range(num_fwd_outputs, len(new_outputs)) if new_outputs[i] is x)
         new_outputs[index] = host
         # -- backward: copy in before the first consumer ---------------------------
         placeholder.meta["val"] = host.meta["val"]
         first = next(n for n in bw.nodes if n in placeholder.users)
-        with bw.inserting_before(first):
+        with bw.inserting_before(_wait_point(first)):
             dev = bw.call_function(
                 ops.H2D,
                 (placeholder, None, str(dev_val.device), None if dense else list(dev_val.stride())),

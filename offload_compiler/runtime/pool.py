@@ -104,7 +104,7 @@ class HostPool:
                 if block is None:
                     return None
             self._in_use[block.buffer.data_ptr()] = block
-            self._stats.in_use_bytes = sum(b.nbytes for b in self._in_use.values())
+            self._stats.in_use_bytes += block.nbytes
         flat = block.buffer[:nbytes].view(like.dtype)
         host = flat.as_strided(like.size(), like.stride())
         return host, block
@@ -124,6 +124,7 @@ class HostPool:
         for ptr, block in list(self._in_use.items()):
             if not block.in_use():
                 del self._in_use[ptr]
+                self._stats.in_use_bytes -= block.nbytes
                 self._free.setdefault((block.nbytes, block.pinned), []).append(block)
 
     def _allocate(self, size: int, pinned: bool) -> HostBlock | None:
@@ -167,7 +168,6 @@ class HostPool:
     def stats(self) -> PoolStats:
         with self._lock:
             self._reclaim()
-            self._stats.in_use_bytes = sum(b.nbytes for b in self._in_use.values())
             return PoolStats(**vars(self._stats))
 
     def clear(self) -> None:

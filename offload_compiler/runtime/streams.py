@@ -16,6 +16,7 @@ Ordering rules (see DESIGN.md, "Runtime"):
 
 from __future__ import annotations
 
+import contextlib
 import threading
 
 import torch
@@ -41,6 +42,18 @@ def copy_stream(device: torch.device, direction: str) -> torch.cuda.Stream:
                 stream = torch.cuda.Stream(device=torch.device("cuda", index))
                 _streams[key] = stream
     return stream
+
+
+@contextlib.contextmanager
+def on(stream: torch.cuda.Stream, compute: torch.cuda.Stream):
+    """Make ``stream`` current, then ``compute`` again (the stream that was current,
+    which the caller has already read). Cheaper on the host than
+    ``torch.cuda.stream(stream)``, which reads the current stream again, twice."""
+    torch.cuda.set_stream(stream)
+    try:
+        yield
+    finally:
+        torch.cuda.set_stream(compute)
 
 
 def mark_ready(stream: torch.cuda.Stream) -> torch.cuda.Event:
