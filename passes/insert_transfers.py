@@ -2,15 +2,19 @@
 
 Forward, for a saved activation ``x``:
 
-- ``x_host = offload.d2h(x)`` right after ``x``'s producer;
-- ``offload.release(x, x_host)`` right after the last forward use of ``x`` or of any
-  view of it (the scheduling pass may move it);
+- ``x_host = offload.d2h(x)`` before the first extern kernel (matmul, attention) after
+  ``x``'s producer: only fused work lies between, and Inductor writes ``x`` out where
+  it would anyway (see :func:`_copy_point`);
+- ``offload.release(x, x_host, anchor)`` after the last forward use of ``x`` or of any
+  view of it, anchored on a tensor already in memory there (the scheduling pass may
+  move it);
 - the forward returns ``x_host`` in ``x``'s place among the saved values.
 
 Backward, where the placeholder ``x`` now receives the host tensor:
 
-- ``x_dev = offload.h2d(x, None, device)`` and ``offload.wait(x_dev)`` right before the
-  first consumer (the scheduling pass moves ``h2d`` earlier to prefetch);
+- ``x_dev = offload.h2d(x, None, device)`` and ``offload.wait(x_dev)`` at the kernel
+  boundary before the first consumer (the scheduling pass moves ``h2d`` earlier to
+  prefetch);
 - every consumer reads ``x_dev`` instead of ``x``.
 
 Every new node gets ``meta["val"]`` from the op's fake implementation and a
@@ -125,7 +129,7 @@ def anchor_after(node: fx.Node, floor: fx.Node) -> fx.Node | None:
         if done.get(cur, at + 1) <= at:
             return cur
     for i, cur in enumerate(nodes[at + 1 :], start=at + 1):
-        if done.get(cur) == i:
+        if done.get(cur, i + 1) <= i:  # an extern result (or one of its getitems)
             return cur
     return next((n for n in reversed(window) if is_tensor_op(n)), None)
 
@@ -174,7 +178,7 @@ def insert_transfers(
         x = fw_nodes[off.name]
         placeholder = bw_inputs[off.name]
         dev_val = x.meta["val"]
-        # -- forward: copy out after the producer, release after the last use ------
+        # -- forward: copy out after the producer's fused work, release after the last use
         with fw.inserting_before(_copy_point(x)):
             dense = is_dense(dev_val)
             host = fw.call_function(ops.D2H, (x, dense))
@@ -188,7 +192,7 @@ def insert_transfers(
         release.meta["val"] = None
         index = next(i for i in range(num_fwd_outputs, len(new_outputs)) if new_outputs[i] is x)
         new_outputs[index] = host
-        # -- backward: copy in before the first consumer ---------------------------
+        # -- backward: copy in at the kernel boundary before the first consumer ------
         placeholder.meta["val"] = host.meta["val"]
         first = next(n for n in bw.nodes if n in placeholder.users)
         with bw.inserting_before(_wait_point(first)):
