@@ -96,30 +96,33 @@ def materialized(graph: fx.Graph) -> dict[fx.Node, int]:
 
 
 def anchor_before(node: fx.Node) -> fx.Node | None:
-    """The tensor an op placed right after ``node`` takes as its anchor: the nearest
-    tensor at or before ``node`` already :func:`materialized` there (the op may then be
-    issued a little earlier than asked), else the nearest computed tensor (``None``
-    only when nothing is computed before ``node``: the op belongs at the top).
+    """The anchor of an op that should run right after ``node``; the op goes right
+    after its anchor. The nearest tensor at or before ``node`` that is
+    :func:`materialized` where it is computed (an extern result: the op then sits at
+    a kernel boundary, a little earlier than asked), else the nearest computed tensor
+    (``None`` only when nothing is computed before ``node``: the op belongs at the top).
     """
     done = materialized(node.graph)
     nodes = list(node.graph.nodes)
-    at = nodes.index(node)
     nearest = None
-    for cur in reversed(nodes[: at + 1]):
+    for i in range(nodes.index(node), -1, -1):
+        cur = nodes[i]
         if is_tensor_op(cur):
-            if done.get(cur, at + 1) <= at:
+            if done.get(cur, i + 1) <= i:
                 return cur
             nearest = nearest or cur
     return nearest
 
 
-def anchor_after(node: fx.Node, floor: fx.Node) -> fx.Node | None:
-    """Anchor for a ``release`` meant to follow ``node``: the nearest tensor after
-    ``floor`` (the released value) and at or before ``node`` that is already
-    :func:`materialized` there, else the first extern result after ``node`` (the
-    release then moves there: a little later, which holds memory a little longer and
-    never stalls compute), else the nearest computed tensor after ``floor``. ``None``
-    when there is none.
+def release_point(node: fx.Node, floor: fx.Node) -> tuple[fx.Node, fx.Node | None]:
+    """``(after, anchor)`` for a ``release`` meant to follow ``node``, of the value
+    ``floor``: the release goes right after ``after``, anchored on ``anchor``.
+
+    The anchor is the nearest tensor after ``floor`` and at or before ``node`` that is
+    already :func:`materialized` there (the release stays after ``node``); else the
+    first extern result after ``node`` (the release moves there: a little later, which
+    holds memory a little longer and never stalls compute); else the nearest computed
+    tensor after ``floor``, or ``None``.
     """
     done = materialized(node.graph)
     nodes = list(node.graph.nodes)
@@ -127,11 +130,11 @@ def anchor_after(node: fx.Node, floor: fx.Node) -> fx.Node | None:
     window = nodes[low + 1 : at + 1]
     for cur in reversed(window):
         if done.get(cur, at + 1) <= at:
-            return cur
+            return node, cur
     for i, cur in enumerate(nodes[at + 1 :], start=at + 1):
         if done.get(cur, i + 1) <= i:  # an extern result (or one of its getitems)
-            return cur
-    return next((n for n in reversed(window) if is_tensor_op(n)), None)
+            return cur, cur
+    return node, next((n for n in reversed(window) if is_tensor_op(n)), None)
 
 
 def _copy_point(x: fx.Node) -> fx.Node:
@@ -186,8 +189,8 @@ def insert_transfers(
         order = {n: i for i, n in enumerate(fw.nodes)}
         users = [u for n in alias_closure(x) for u in n.users if u.op != "output"]
         last = max(users + [host], key=order.__getitem__)
-        anchor = anchor_after(last, floor=x)
-        with fw.inserting_after(last if anchor is None or order[anchor] < order[last] else anchor):
+        after, anchor = release_point(last, floor=x)
+        with fw.inserting_after(after):
             release = fw.call_function(ops.RELEASE, (x, host, anchor))
         release.meta["val"] = None
         index = next(i for i in range(num_fwd_outputs, len(new_outputs)) if new_outputs[i] is x)

@@ -37,7 +37,7 @@ def schedule_prefetches(
     nodes = list(graph.nodes)
     pos = {n: i for i, n in enumerate(nodes)}
     top = graph.find_nodes(op="placeholder")[-1]  # reloads issued first go after it
-    keep = materialized(graph)
+    done = materialized(graph)
     last = None  # the previous anchored reload
     for k, wait in enumerate(waits):
         h2d = wait.args[0]
@@ -50,7 +50,8 @@ def schedule_prefetches(
         elif k < depth:
             anchor = None
         else:
-            after = [n for n in nodes[pos[waits[k - depth]] + 1 : pos[wait]] if keep.get(n, len(nodes)) < pos[wait]]
+            after = [n for n in nodes[pos[waits[k - depth]] + 1 : pos[wait]]
+                     if done.get(n, len(nodes)) <= pos[n]]  # an extern result
             anchor = after[0] if after else anchor_before(wait.prev)
         if anchor is None:
             top.append(h2d)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch.fx as fx
 
 from .analyze_candidates import alias_closure
-from .insert_transfers import anchor_after
+from .insert_transfers import release_point
 from .transfer_meta import transfer_meta, transfer_nodes
 
 
@@ -30,9 +30,7 @@ def schedule_releases(fw_gm: fx.GraphModule, after: dict[str, fx.Node]) -> None:
         earliest = max(users + [host], key=pos.__getitem__)
         if pos[target] < pos[earliest]:
             target = earliest
-        anchor = anchor_after(target, floor=src)
-        if anchor is not None and pos[anchor] > pos[target]:
-            target = anchor  # no materialized tensor before: go to the next one
+        target, anchor = release_point(target, floor=src)
         if target.next is not release:
             target.append(release)
         release.update_arg(2, anchor)
