@@ -96,19 +96,18 @@ def materialized(graph: fx.Graph) -> dict[fx.Node, int]:
 
 
 def anchor_before(node: fx.Node) -> fx.Node | None:
-    """The anchor of an op that should run right after ``node``; the op goes right
-    after its anchor. The nearest tensor at or before ``node`` that is
-    :func:`materialized` where it is computed (an extern result: the op then sits at
-    a kernel boundary, a little earlier than asked), else the nearest computed tensor
-    (``None`` only when nothing is computed before ``node``: the op belongs at the top).
+    """The anchor of an op that should run right after ``node``: the nearest tensor
+    at or before ``node`` already :func:`materialized` by then (the op may then be
+    issued a little earlier than asked), else the nearest computed tensor (``None``
+    only when nothing is computed before ``node``: the op belongs at the top).
     """
     done = materialized(node.graph)
     nodes = list(node.graph.nodes)
+    at = nodes.index(node)
     nearest = None
-    for i in range(nodes.index(node), -1, -1):
-        cur = nodes[i]
+    for cur in reversed(nodes[: at + 1]):
         if is_tensor_op(cur):
-            if done.get(cur, i + 1) <= i:
+            if done.get(cur, at + 1) <= at:
                 return cur
             nearest = nearest or cur
     return nearest

@@ -51,7 +51,7 @@ def schedule_prefetches(
             anchor = None
         else:
             after = [n for n in nodes[pos[waits[k - depth]] + 1 : pos[wait]]
-                     if done.get(n, len(nodes)) <= pos[n]]  # an extern result
+                     if done.get(n, len(nodes)) < pos[wait]]
             anchor = after[0] if after else anchor_before(wait.prev)
         if anchor is None:
             top.append(h2d)
