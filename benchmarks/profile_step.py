@@ -27,8 +27,12 @@ Profiled figures, per step:
   ``fw_triton``, ``bw_gemm`` and so on: the same for the kernels each phase launched,
   and ``fw_triton_n`` and so on, how many kernels;
 - ``d2h_ms`` / ``h2d_ms``: copy time per direction, per step;
+- ``fw_kernels`` / ``bw_kernels`` (JSON only): the compute stream's kernels of the
+  first profiled step's forward / backward, in launch order, as ``[name, microseconds]``
+  (compare two configurations kernel by kernel);
 - the planner's predictions for the same graph (step, forward, backward, stall, and
-  the baseline step it compared against);
+  the baseline step it compared against), its decisions and reasons, and
+  ``bw_node_ms``: the cost model's estimate of each backward node, in microseconds;
 - ``stalls`` (printed, and in the JSON): the longest waits of the compute stream, with
   the copy that ended at the same moment, if any.
 
@@ -112,8 +116,11 @@ def analyze_trace(trace: dict, steps: int) -> dict:
                 if e.get("ph") == "X" and e.get("cat") in ("cuda_runtime", "cuda_driver") and "correlation" in e.get("args", {})}
     phase_ms = {"fw": 0.0, "bw": 0.0}
     phase_kinds: dict[str, float] = defaultdict(float)
-    for name, s, t in ranges:
+    sequence: dict[str, list] = {}
+    for name, s, t in sorted(ranges, key=lambda r: r[1]):
         mine = [e for e in kernels if s <= launched.get(e["args"].get("correlation"), -1) <= t]
+        if name not in sequence:  # the first profiled step's kernels, in launch order
+            sequence[name] = [[e["name"], round(e["dur"], 1)] for e in sorted(mine, key=lambda e: e["ts"])]
         if mine:
             phase_ms[name] += (max(e["ts"] + e["dur"] for e in mine) - min(e["ts"] for e in mine)) / 1e3 / steps
         for e in mine:
@@ -145,7 +152,27 @@ def analyze_trace(trace: dict, steps: int) -> dict:
            for p in ("fw", "bw") for k in ("gemm", "attention", "triton", "other") for n in ("", "_n")},
         "d2h_ms": copies.get("d2h", 0.0) / steps,
         "h2d_ms": copies.get("h2d", 0.0) / steps,
+        "fw_kernels": sequence.get("fw", []),
+        "bw_kernels": sequence.get("bw", []),
     }
+
+
+def _node_costs(plans) -> list:
+    """``[name, op, estimated ms]`` of each backward node the cost model prices above
+    zero, in graph order (set beside ``bw_kernels``)."""
+    from offload_compiler.costs import node_ms
+    from offload_compiler.hardware import HardwareProfile
+
+    out = []
+    for plan in plans:
+        if plan.bw_graph is None or not plan.hardware:
+            continue
+        hw = HardwareProfile(**plan.hardware)
+        for n in plan.bw_graph.graph.nodes:
+            ms = node_ms(n, hw)
+            if ms > 0:
+                out.append([n.name, str(n.target), round(ms * 1e3, 1)])
+    return out
 
 
 def build(config: str, model, dump_dir: Path | None, extra: dict | None = None):
@@ -239,6 +266,9 @@ def run(config: str, args: argparse.Namespace) -> dict:
         row["hardware"] = backend.plans[0].hardware
         row["decisions"] = {d.name: d.decision.value for p in backend.plans for d in p.decisions
                             if d.decision.value != "keep"}
+        row["reasons"] = {d.name: d.reason for p in backend.plans for d in p.decisions
+                          if d.decision.value != "keep"}
+        row["bw_node_ms"] = _node_costs(backend.plans)
     return row
 
 
@@ -264,6 +294,8 @@ def main() -> None:
         (args.out / "profile.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=2))
     print(json.dumps(meta))
     for r in rows:
+        for key in ("fw_kernels", "bw_kernels", "bw_node_ms", "decisions", "reasons", "hardware"):
+            r.pop(key, None)  # in the JSON; too long for the table
         for g in r.pop("stalls", []):
             print(r["config"], "stall", g)
     print(tabulate(rows, headers="keys", floatfmt=".2f"))

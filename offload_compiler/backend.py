@@ -46,6 +46,10 @@ class OffloadBackend:
         if config.inner_compiler == "inductor":
             from torch._inductor.compile_fx import compile_fx
 
+            from . import lowering
+
+            lowering.install()
+
             return compile_fx(
                 gm, example_inputs, config_patches={"custom_partitioner_fn": partitioner}
             )

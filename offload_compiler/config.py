@@ -47,8 +47,10 @@ class OffloadConfig:
     graph rewrite is the same, copies go to separate host buffers."""
 
     min_offload_bytes: int = 1 << 20
-    """Activations smaller than this many bytes stay on the device (a copy has a fixed
-    cost of a few microseconds). Default 1 MiB. ``0`` offloads every eligible tensor."""
+    """Activations smaller than this many bytes are kept on the device: not copied (a
+    copy has a fixed cost of a few microseconds) and, with ``policy="cost_model"``, not
+    recomputed (it saves next to nothing, and recomputing a reduction's small result
+    can cost a kernel of its own). Default 1 MiB. ``0`` lets every eligible tensor move."""
 
     max_host_bytes: int | None = None
     """Cap, in bytes, on the host memory one compiled graph may plan to hold at once.

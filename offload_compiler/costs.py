@@ -221,7 +221,8 @@ def _storage_owner(node: fx.Node) -> fx.Node:
     return node
 
 
-def chain_ms(chain: list[fx.Node], cost: "NodeCosts") -> float:
+def chain_ms(chain: list[fx.Node], cost: "NodeCosts",
+             fused_in_backward: frozenset[fx.Node] | set[fx.Node] = frozenset()) -> float:
     """Milliseconds to recompute ``chain`` (joint-graph nodes, its root first) in backward.
 
     Extern nodes cost what ``cost`` gives. The other nodes are taken as fused into few
@@ -230,6 +231,13 @@ def chain_ms(chain: list[fx.Node], cost: "NodeCosts") -> float:
     the root's storage (backward reads it) and the values extern nodes of the chain
     read. :func:`node_ms` alone would miss those reads and writes: in the joint graph
     they look like fusible pointwise traffic.
+
+    A value from outside the chain that ``fused_in_backward`` holds (the backward's
+    fused kernels read it anyway, as a GELU's backward reads the matmul result that the
+    GELU is recomputed from) costs no read: Inductor computes the recomputation in the
+    kernel that reads it. Measured on an H100 (``benchmarks/RESULTS.md``, session 6),
+    recomputing a 256 MiB GELU output added 97 us to the GELU backward's kernel, the
+    write alone; reads and write together were priced at 180 us.
     """
     inside = set(chain)
     total, reads, writes = 0.0, set(), set()
@@ -246,11 +254,43 @@ def chain_ms(chain: list[fx.Node], cost: "NodeCosts") -> float:
             continue
         for a in n.all_input_nodes:
             owner = _storage_owner(a)
-            if owner not in inside or is_extern(owner):
+            if (owner not in inside or is_extern(owner)) and owner not in fused_in_backward:
                 reads.add(owner)
     nbytes = sum(tensor_bytes(n.meta.get("val")) for n in reads | writes)
     launches = len(writes) * cost.hw.launch_us / 1e3
     return total + nbytes / (cost.hw.memory_gbps * 1e9) * 1e3 + launches
+
+
+def fused_backward_reads(joint: fx.Graph) -> set[fx.Node]:
+    """Values of ``joint`` (a joint forward-backward graph) that a backward op other
+    than an extern kernel reads (through views): Inductor reads them in a fused kernel
+    of the backward. Backward ops are those that depend on a tangent input."""
+    backward: set[fx.Node] = set()
+    for node in joint.nodes:
+        if node.op == "placeholder":
+            if "tangent" in node.name:
+                backward.add(node)
+        elif any(a in backward for a in node.all_input_nodes):
+            backward.add(node)
+    found: set[fx.Node] = set()
+    for node in joint.nodes:
+        if node in backward or node.op == "output":
+            continue
+        todo, seen = list(node.users), set()
+        while todo:
+            u = todo.pop()
+            if u in seen:
+                continue
+            seen.add(u)
+            if u in backward and not is_extern(u) and u.op == "call_function":
+                if _free(u):
+                    todo.extend(u.users)
+                    continue
+                found.add(node)
+                break
+            if _free(u) and u.op == "call_function":
+                todo.extend(u.users)
+    return found
 
 
 class NodeCosts:

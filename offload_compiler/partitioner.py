@@ -141,7 +141,8 @@ class OffloadPartitioner(CustomPartitionerFn):
                          graph_id, dumper):
         num_fwd_outputs = kwargs["num_fwd_outputs"]
         cost, lanes = self._cost_model(candidates)
-        facts = planner.gather(fw_gm, bw_gm, num_fwd_outputs, candidates, joint_gm, cost)
+        facts = planner.gather(fw_gm, bw_gm, num_fwd_outputs, candidates, joint_gm, cost,
+                               self.config.min_offload_bytes)
         baseline = planner.final_simulation(facts, {}, lanes)
         start = _Partition(fw_gm, bw_gm, candidates, facts)
         tags = {n.name: n.meta["recompute"] for n in joint_gm.graph.nodes if "recompute" in n.meta}
@@ -193,7 +194,8 @@ class OffloadPartitioner(CustomPartitionerFn):
                 fw_gm, bw_gm = min_cut_rematerialization_partition(joint_gm, joint_inputs, **kwargs)
                 candidates = self._analyze(fw_gm, bw_gm, num_fwd_outputs)
                 earlier.update((c.name, c) for c in candidates if c.name not in earlier)
-                facts = planner.gather(fw_gm, bw_gm, num_fwd_outputs, candidates, joint_gm, cost)
+                facts = planner.gather(fw_gm, bw_gm, num_fwd_outputs, candidates, joint_gm, cost,
+                                       self.config.min_offload_bytes)
             decisions = {n: d for n, d in solution.decisions.items() if d != planner.RECOMPUTE}
             final = planner.final_simulation(facts, decisions, lanes)
             # The partition that realises the recomputation is not the one the solver

@@ -28,7 +28,8 @@ from passes import Candidate
 from passes.analyze_candidates import alias_closure, is_view_node, saved_values
 
 from .config import OffloadConfig
-from .costs import NodeCosts, chain_ms, is_extern, is_materialized, op_argument, tensor_bytes
+from .costs import (NodeCosts, chain_ms, fused_backward_reads, is_extern, is_materialized, op_argument,
+                    tensor_bytes)
 from .hardware import HardwareProfile
 from .simulator import KEEP, OFFLOAD, RECOMPUTE, Lanes, SimResult, SimTensor, simulate
 from .solver import Option, Solution, solve
@@ -97,8 +98,9 @@ def _recompute_chain(joint: dict[str, fx.Node], name: str, saved: set[str]) -> t
 
 def gather(fw_gm: fx.GraphModule, bw_gm: fx.GraphModule, num_fwd_outputs: int,
            candidates: list[Candidate], joint_gm: fx.GraphModule | None,
-           cost: NodeCosts) -> Facts:
-    """Facts about ``fw_gm``/``bw_gm`` for the simulator; ``cost`` gives node run times."""
+           cost: NodeCosts, min_bytes: int = 0) -> Facts:
+    """Facts about ``fw_gm``/``bw_gm`` for the simulator; ``cost`` gives node run times.
+    Tensors under ``min_bytes`` are not recomputed (``OffloadConfig.min_offload_bytes``)."""
     fw_nodes = [n for n in fw_gm.graph.nodes if n.op == "call_function"]
     bw_nodes = [n for n in bw_gm.graph.nodes if n.op == "call_function"]
     fw_pos = {n: i for i, n in enumerate(fw_nodes)}
@@ -107,6 +109,7 @@ def gather(fw_gm: fx.GraphModule, bw_gm: fx.GraphModule, num_fwd_outputs: int,
     bw_inputs = {p.name: p for p in bw_gm.graph.find_nodes(op="placeholder")}
     joint = {n.name: n for n in joint_gm.graph.nodes} if joint_gm is not None else {}
     saved = {n.name for n in saved_values(fw_gm, num_fwd_outputs)}
+    fused = fused_backward_reads(joint_gm.graph) if joint_gm is not None else set()
     tensors, options, chains = [], {}, {}
     for c in candidates:
         node = fw_by_name[c.name]
@@ -127,7 +130,13 @@ def gather(fw_gm: fx.GraphModule, bw_gm: fx.GraphModule, num_fwd_outputs: int,
         if tag == CheckpointPolicy.PREFER_SAVE and not why_not:
             why_not = "tagged PREFER_SAVE"
             chain = []
-        rc_ms = chain_ms(chain, cost) if chain else 0.0
+        if c.nbytes < min_bytes and not why_not:
+            # Saves next to nothing, and may cost a kernel: recomputing a layer norm's
+            # statistics (64 KiB) moved its weight gradient into a reduction kernel
+            # of its own, about 100 us each on an H100 (RESULTS.md, session 6).
+            why_not = f"{c.nbytes} bytes < min_offload_bytes={min_bytes}"
+            chain = []
+        rc_ms = chain_ms(chain, cost, fused) if chain else 0.0
         tensors.append(SimTensor(
             name=c.name, nbytes=c.nbytes, produced=fw_pos[node],
             last_fw_use=max([fw_pos[u] for u in users] + [fw_pos[node]]),

@@ -33,7 +33,7 @@ from torch.utils.flop_counter import flop_registry
 
 from offload_compiler.runtime import ops
 
-from .analyze_candidates import alias_closure, is_dense
+from .analyze_candidates import alias_closure, is_dense, is_view_node
 from .transfer_meta import transfer_meta
 from .transfer_meta import META_KEY, TransferMeta
 
@@ -149,16 +149,42 @@ def _copy_point(x: fx.Node) -> fx.Node:
     return cur
 
 
+def _read_by_extern_only(node: fx.Node) -> bool:
+    """Every reader of ``node`` (through views) is an extern kernel or transfer op:
+    Inductor writes ``node`` to memory for them, and the kernel computing it ends there."""
+    readers = list(node.users)
+    if not readers:
+        return False
+    for u in readers:
+        if u.op != "call_function":
+            return False
+        if _is_extern(u) or u.target in ops.TRANSFER_OPS:
+            continue
+        if not ((is_view_node(u) or u.target is operator.getitem) and _read_by_extern_only(u)):
+            return False
+    return True
+
+
 def _wait_point(first: fx.Node) -> fx.Node:
     """Where the reload of a value whose first reader is ``first`` goes (with its
-    ``wait``): right after the last extern kernel or transfer op before ``first``. Put
-    between fused pointwise kernels it splits them (Inductor did not fuse across it);
-    at the kernel boundary it only waits a few fused kernels early."""
+    ``wait``): at the kernel boundary before ``first``. Walking back from ``first``,
+    the boundary is the first extern kernel or transfer op met, or the first value
+    only extern kernels read (the fused kernel that computes it ends there). Placed
+    between fused nodes, a wait splits them (Inductor does not fuse across it).
+
+    Walking back to the last extern kernel only waited too early: a reload first read
+    by a recomputed layer norm was waited for before the loss's backward kernels,
+    which end in the logits' gradient that only matmuls read; compute stood idle for
+    the whole copy (1.2 ms of a 64 MiB reload on an H100, ``benchmarks/RESULTS.md``,
+    session 6).
+    """
     cur = first
-    while (cur.prev.op == "call_function" and not _is_extern(cur.prev)
-           and cur.prev.target not in ops.TRANSFER_OPS):
-        cur = cur.prev
-    return cur
+    while True:
+        prev = cur.prev
+        if (prev.op != "call_function" or _is_extern(prev) or prev.target in ops.TRANSFER_OPS
+                or _read_by_extern_only(prev)):
+            return cur
+        cur = prev
 
 
 def insert_transfers(

@@ -194,6 +194,9 @@ def test_inductor_cuda_code_waits_before_reads_and_anchors_reloads():
     first_kernel = min(i for i in (body.find("extern_kernels."), body.find(".run(")) if i >= 0)
     hoisted = body[:first_kernel].count("offload.h2d.default(")
     assert hoisted <= b.config.prefetch_depth, f"{hoisted} reloads hoisted to the top"
+    # Reloads are fresh allocations: nothing that reads them is compiled as unaligned
+    # (Triton kernels would lose their vectorized loads).
+    assert "is assumed to be not aligned" not in bw_code
 
 
 def _run_under_csan(*args):

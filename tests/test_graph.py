@@ -146,7 +146,8 @@ def _h2d_waits_in_order(code):
                     checked += 1
                     break
             used = set(re.findall(r"\bbuf\d+\b", text)) & names
-            assert not used or text.startswith(("assert_size_stride", "del ", "#")), (
+            # Size, stride and alignment asserts look at the tensor's metadata only.
+            assert not used or text.startswith(("assert_size_stride", "assert_alignment", "del ", "#")), (
                 f"{used} read before its wait: {text}")
         else:
             raise AssertionError(f"no wait for {names}")
@@ -206,3 +207,63 @@ def test_transfers_split_no_fusion():
     assert fw_none and bw_none
     assert len(fw_all) == len(fw_none), (fw_none, fw_all)
     assert len(bw_all) == len(bw_none), (bw_none, bw_all)
+
+
+def _first_reader_boundary(f):
+    """The node ``_wait_point`` returns for the first reader of ``f``'s input ``x``."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from passes.insert_transfers import _wait_point
+
+    g, x, w = torch.randn(8, 8), torch.randn(8, 8), torch.randn(8, 8)
+    gm = make_fx(f)(g, x, w)
+    placeholder = [n for n in gm.graph.nodes if n.op == "placeholder"][1]
+    first = next(n for n in gm.graph.nodes if n in placeholder.users)
+    return first, _wait_point(first)
+
+
+def test_reload_waits_right_before_its_reader_after_unrelated_fused_work():
+    """Work the reloaded value does not feed, and whose result only matmuls read, ends
+    its kernel there: the wait goes right before the first reader, not back at the last
+    matmul (which made compute wait for a whole copy at the top of backward)."""
+    def f(g, x, w):
+        a = g.exp().sum(1, keepdim=True)
+        b = g * a  # read only by the matmul below: written to memory
+        y = x * 2
+        z = y + 1
+        return torch.mm(b, w), torch.mm(z, w)
+
+    first, point = _first_reader_boundary(f)
+    assert point is first
+
+
+def test_reload_wait_stays_out_of_a_fusion_it_would_split():
+    """Where earlier fused work is read by a fused reader of the reloaded value, both
+    land in one kernel: the wait goes before all of it (the kernel boundary)."""
+    def f(g, x, w):
+        a = g.exp().sum(1, keepdim=True)
+        b = g * a
+        y = x * 2
+        z = y + b  # b is computed in z's kernel
+        return torch.mm(z, w)
+
+    first, point = _first_reader_boundary(f)
+    assert point is not first
+    assert point.prev.op == "placeholder", point.format_node()
+
+
+def test_reloads_are_not_marked_unaligned():
+    """Inductor marks a fallback kernel's result unaligned when an input is (a host
+    tensor always is), and kernels reading a marked buffer lose their alignment hints.
+    ``h2d`` returns a fresh allocation: its result is not marked."""
+    from gpt import GPT, make_batch, preset
+
+    cfg = preset("tiny")
+    idx, tgt = make_batch(cfg)
+    torch.manual_seed(0)
+    b = backend(**loopback(policy="all", min_offload_bytes=32 << 10))
+    compiled = torch.compile(GPT(cfg), backend=b)
+    _, codes = run_and_get_code(lambda: compiled(idx, tgt).backward())
+    bw = codes[-1]
+    assert bw.count("torch.ops.offload.h2d.default(") == len(b.plans[0].offloaded) > 10
+    assert "(op: torch.ops.offload.h2d.default) is assumed to be not aligned" not in bw
