@@ -116,3 +116,34 @@ def test_ops_the_partitioner_wraps_for_rng_replay_cost_what_they_wrap():
     assert expected > 1.0  # the attention rate, in bfloat16: not a bandwidth-only cost
     assert node_ms(graphsafe, hw) == pytest.approx(expected)
     assert node_ms(replay, hw) == pytest.approx(expected)
+
+
+def _gelu_joint(x, w, tangents_1):
+    """A joint graph in miniature: forward ``gelu(x @ w)``, backward through the GELU."""
+    y = torch.mm(x, w)
+    g = torch.nn.functional.gelu(y)
+    grad_g = torch.mm(tangents_1, w.t())
+    grad_y = torch.ops.aten.gelu_backward(grad_g, y)
+    grad_w = torch.mm(g.t(), tangents_1)
+    return g, grad_y, grad_w
+
+
+def test_fused_backward_reads_finds_values_pointwise_backward_ops_read():
+    from offload_compiler.costs import fused_backward_reads
+
+    gm = make_fx(_gelu_joint, tracing_mode="fake")(*[torch.randn(N, N) for _ in range(3)])
+    found = {n.name for n in fused_backward_reads(gm.graph)}
+    assert "mm" in found  # y: the GELU backward reads it
+    assert "gelu" not in found  # g: only the weight-gradient matmul reads it
+
+
+def test_recomputation_fused_into_a_backward_reader_pays_only_its_write():
+    """Recomputing the GELU output from the matmul result that the GELU backward
+    reads anyway costs the write of the output, not a second read of its input."""
+    from offload_compiler.costs import fused_backward_reads
+
+    gm = make_fx(_gelu_joint, tracing_mode="fake")(*[torch.randn(N, N) for _ in range(3)])
+    nodes = {n.name: n for n in gm.graph.nodes}
+    chain, cost, size = [nodes["gelu"]], NodeCosts(CPU_PROFILE), N * N * 4
+    assert chain_ms(chain, cost) == pytest.approx(_ms(2 * size))
+    assert chain_ms(chain, cost, fused_backward_reads(gm.graph)) == pytest.approx(_ms(size))

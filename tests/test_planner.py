@@ -51,6 +51,21 @@ def test_tight_budget_uses_all_three_decisions():
         assert d.reason.startswith(d.decision.value + ":"), (d.decision, d.reason)
 
 
+def test_tensors_under_min_offload_bytes_are_neither_offloaded_nor_recomputed():
+    """``min_offload_bytes`` keeps small tensors in place under the cost model too:
+    recomputing one saves next to nothing and may cost a kernel."""
+    model, inputs = _gpt()
+    floor = 16 << 10
+    plan = _plan(model, inputs, memory_budget="auto", min_offload_bytes=floor)
+    small = [d for d in plan.decisions if 0 < d.nbytes < floor and d.producer != "placeholder"
+             and d.dtype.startswith(("float", "bfloat"))]
+    assert small, plan.summary()
+    for d in small:
+        assert d.decision.value == "keep", (d.name, d.reason)
+        assert f"min_offload_bytes={floor}" in d.reason, d.reason
+    assert any(d.decision.value != "keep" for d in plan.decisions if d.nbytes >= floor)
+
+
 def test_budget_one_changes_nothing():
     model, inputs = _gpt()
     plan = _plan(model, inputs, memory_budget=1.0)
