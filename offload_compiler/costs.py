@@ -282,14 +282,12 @@ def fused_backward_reads(joint: fx.Graph) -> set[fx.Node]:
             if u in seen:
                 continue
             seen.add(u)
-            if u in backward and not is_extern(u) and u.op == "call_function":
-                if _free(u):
+            if _free(u):  # a view, getitem or the output: look through views only
+                if u.op == "call_function":
                     todo.extend(u.users)
-                    continue
+            elif u in backward and not is_extern(u):
                 found.add(node)
                 break
-            if _free(u) and u.op == "call_function":
-                todo.extend(u.users)
     return found
 
 

@@ -9,7 +9,7 @@ just before the node the simulation chose.
 The node a reload is placed after becomes its ``anchor`` argument: without that data
 dependency Inductor hoists an op whose inputs are all graph inputs to the top of the
 graph, and every reload would be issued at once. Anchors are tensors Inductor writes
-to memory anyway (:func:`~passes.insert_transfers.materialized`: a matmul's result, a
+to memory anyway (:func:`~passes.placement.materialized`: a matmul's result, a
 matmul's input); the nearest one at or before the intended point is taken, so a reload
 may go a few nodes early, never after an earlier-needed one (the H2D stream runs them
 in issue order).
@@ -21,7 +21,7 @@ import torch.fx as fx
 
 from offload_compiler.runtime import ops
 
-from .insert_transfers import anchor_before, materialized
+from .placement import anchor_before, materialized
 from .transfer_meta import transfer_meta, transfer_nodes
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch.fx as fx
 
 from .analyze_candidates import alias_closure
-from .insert_transfers import release_point
+from .placement import release_point
 from .transfer_meta import transfer_meta, transfer_nodes
 
 

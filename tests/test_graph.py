@@ -210,16 +210,16 @@ def test_transfers_split_no_fusion():
 
 
 def _first_reader_boundary(f):
-    """The node ``_wait_point`` returns for the first reader of ``f``'s input ``x``."""
+    """The node ``wait_point`` returns for the first reader of ``f``'s input ``x``."""
     from torch.fx.experimental.proxy_tensor import make_fx
 
-    from passes.insert_transfers import _wait_point
+    from passes.placement import wait_point
 
     g, x, w = torch.randn(8, 8), torch.randn(8, 8), torch.randn(8, 8)
     gm = make_fx(f)(g, x, w)
     placeholder = [n for n in gm.graph.nodes if n.op == "placeholder"][1]
     first = next(n for n in gm.graph.nodes if n in placeholder.users)
-    return first, _wait_point(first)
+    return first, wait_point(first)
 
 
 def test_reload_waits_right_before_its_reader_after_unrelated_fused_work():

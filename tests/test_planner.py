@@ -219,7 +219,7 @@ def test_reloads_are_anchored_where_planned_not_hoisted_to_the_top(budget):
     first use comes before any computed tensor may go there. (Regression: a planned
     issue point right after the previous reload's wait left the reload unanchored.)"""
     from offload_compiler.runtime import ops
-    from passes.insert_transfers import is_tensor_op
+    from passes.placement import is_tensor_op
 
     model, inputs = _gpt()
     plan = _plan(model, inputs, memory_budget=budget)

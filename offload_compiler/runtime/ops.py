@@ -24,7 +24,7 @@ Inductor then writes out every fused reader of ``src`` lowered before it, which 
 fusions (the tiny example GPT with every activation offloaded: 20 fused kernels in
 Inductor's CPU forward with that declaration, 12 without, 8 with no transfers).
 Anchors are tensors Inductor materializes anyway, for the same reason (see
-:func:`passes.insert_transfers.materialized`).
+:func:`passes.placement.materialized`).
 
 ``release`` keeps the source alive through its argument until the compute stream has
 been told to wait for the copy, so the caching allocator cannot hand the storage to a

@@ -1,0 +1,159 @@
+"""Placement: where transfer nodes go in a graph, so that Inductor's fusions survive.
+
+Shared by the passes that insert and move transfers (``insert_transfers``,
+``schedule_releases``, ``schedule_prefetches``):
+
+- :func:`materialized`: when Inductor writes a tensor to memory whatever we do;
+  anchors are chosen among those tensors (:func:`anchor_before`, :func:`release_point`);
+- kernel boundaries: a copy goes before the next extern kernel (:func:`copy_point`),
+  a reload's wait at the nearest boundary before its first reader (:func:`wait_point`).
+
+A transfer op between fused nodes, or an anchor on a value Inductor would have kept in
+registers, splits fusions: more kernels, more memory traffic
+(``tests/test_graph.py::test_transfers_split_no_fusion``).
+"""
+
+from __future__ import annotations
+
+import operator
+
+import torch
+import torch.fx as fx
+from torch.utils.flop_counter import flop_registry
+
+from offload_compiler.runtime import ops
+
+from .analyze_candidates import is_view_node
+from .transfer_meta import transfer_meta
+
+
+def is_tensor_op(node: fx.Node) -> bool:
+    """A computed tensor: not an input, not a transfer op (what an anchor may be)."""
+    return (node.op == "call_function" and transfer_meta(node) is None
+            and node.target not in ops.TRANSFER_OPS
+            and isinstance(node.meta.get("val"), torch.Tensor))
+
+
+def _is_extern(node: fx.Node) -> bool:
+    packet = getattr(node.target, "overloadpacket", None)
+    return packet is not None and packet in flop_registry
+
+
+def materialized(graph: fx.Graph) -> dict[fx.Node, int]:
+    """When Inductor writes a computed tensor to memory whatever we do: for each such
+    tensor, the position (index in graph order) of the node that makes it so. That is
+    the tensor's own node for the result of an extern kernel (matmul, attention,
+    convolution; also their ``getitem``s), and the first extern kernel or transfer op
+    that reads it otherwise.
+
+    An anchor is an extra input of an extern op, so Inductor materializes it where the
+    op is lowered. A tensor not materialized by then (a pointwise result its consumers
+    would fuse, or a saved value only written out at the end of the graph) would be
+    written there instead, which splits fusions: more kernels, more memory traffic.
+    """
+    found: dict[fx.Node, int] = {}
+    for i, node in enumerate(graph.nodes):
+        if node.op != "call_function":
+            continue
+        extern = _is_extern(node)
+        if extern or node.target in ops.TRANSFER_OPS:
+            for n in node.all_input_nodes:
+                found.setdefault(n, i)
+        if extern:
+            found.setdefault(node, i)
+            for u in node.users:
+                if u.target is operator.getitem:
+                    found.setdefault(u, i)
+    return {n: i for n, i in found.items() if is_tensor_op(n)}
+
+
+def anchor_before(node: fx.Node) -> fx.Node | None:
+    """The anchor of an op that should run right after ``node``: the nearest tensor
+    at or before ``node`` already :func:`materialized` by then (the op may then be
+    issued a little earlier than asked), else the nearest computed tensor (``None``
+    only when nothing is computed before ``node``: the op belongs at the top).
+    """
+    done = materialized(node.graph)
+    nodes = list(node.graph.nodes)
+    at = nodes.index(node)
+    nearest = None
+    for cur in reversed(nodes[: at + 1]):
+        if is_tensor_op(cur):
+            if done.get(cur, at + 1) <= at:
+                return cur
+            nearest = nearest or cur
+    return nearest
+
+
+def release_point(node: fx.Node, floor: fx.Node) -> tuple[fx.Node, fx.Node | None]:
+    """``(after, anchor)`` for a ``release`` meant to follow ``node``, of the value
+    ``floor``: the release goes right after ``after``, anchored on ``anchor``.
+
+    The anchor is the nearest tensor after ``floor`` and at or before ``node`` that is
+    already :func:`materialized` there (the release stays after ``node``); else the
+    first extern result after ``node`` (the release moves there: a little later, which
+    holds memory a little longer and never stalls compute); else the nearest computed
+    tensor after ``floor``, or ``None``.
+    """
+    done = materialized(node.graph)
+    nodes = list(node.graph.nodes)
+    at, low = nodes.index(node), nodes.index(floor)
+    window = nodes[low + 1 : at + 1]
+    for cur in reversed(window):
+        if done.get(cur, at + 1) <= at:
+            return node, cur
+    for i, cur in enumerate(nodes[at + 1 :], start=at + 1):
+        if done.get(cur, i + 1) <= i:  # an extern result (or one of its getitems)
+            return cur, cur
+    return node, next((n for n in reversed(window) if is_tensor_op(n)), None)
+
+
+def copy_point(x: fx.Node) -> fx.Node:
+    """Where ``d2h(x)`` goes: right before the first extern kernel (matmul, attention)
+    after ``x``. The copy makes Inductor write ``x`` to memory where it is lowered;
+    earlier, the pointwise and reduction work up to that kernel, which reads ``x`` in
+    registers where it is fused, would read it from memory in separate kernels. Only
+    that fused work lies between, so the copy starts about as early.
+    """
+    cur = x.next
+    while cur.op == "call_function" and not _is_extern(cur):
+        cur = cur.next
+    return cur
+
+
+def _read_by_extern_only(node: fx.Node) -> bool:
+    """Every reader of ``node`` (through views) is an extern kernel or transfer op:
+    Inductor writes ``node`` to memory for them, and the kernel computing it ends there."""
+    readers = list(node.users)
+    if not readers:
+        return False
+    for u in readers:
+        if u.op != "call_function":
+            return False
+        if _is_extern(u) or u.target in ops.TRANSFER_OPS:
+            continue
+        if not ((is_view_node(u) or u.target is operator.getitem) and _read_by_extern_only(u)):
+            return False
+    return True
+
+
+def wait_point(first: fx.Node) -> fx.Node:
+    """Where the reload of a value whose first reader is ``first`` goes (with its
+    ``wait``): at the kernel boundary before ``first``. Walking back from ``first``,
+    the boundary is the first extern kernel or transfer op met, or the first value
+    only extern kernels read (the fused kernel that computes it ends there). Placed
+    between fused nodes, a wait splits them (Inductor does not fuse across it).
+
+    Walking back to the last extern kernel only waited too early: a reload first read
+    by a recomputed layer norm was waited for before the loss's backward kernels,
+    which end in the logits' gradient that only matmuls read; compute stood idle for
+    the whole copy (1.2 ms of a 64 MiB reload on an H100, ``benchmarks/RESULTS.md``,
+    session 6).
+    """
+    cur = first
+    while True:
+        prev = cur.prev
+        if (prev.op != "call_function" or _is_extern(prev) or prev.target in ops.TRANSFER_OPS
+                or _read_by_extern_only(prev)):
+            return cur
+        cur = prev
