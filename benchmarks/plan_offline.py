@@ -97,6 +97,8 @@ def main(argv: list[str] | None = None) -> int:
             "budget": text, "step_ms": pr["step_ms"], "baseline_step_ms": pr["baseline_step_ms"],
             "stall_ms": pr["stall_ms"], "activation_gib": pr["activation_peak_bytes"] / 2**30,
             "baseline_gib": pr["baseline_activation_peak_bytes"] / 2**30,
+            "step_peak_gib": pr.get("step_peak_bytes", 0) / 2**30,
+            "baseline_step_peak_gib": pr.get("baseline_step_peak_bytes", 0) / 2**30,
             **{f"{k}_gib": kinds[k] / 2**30 for k in ("keep", "offload", "recompute")},
             "recomputed": len(plan.recomputed), "note": plan.note,
         })
@@ -108,9 +110,10 @@ def main(argv: list[str] | None = None) -> int:
         Path(args.out).write_text(json.dumps({"preset": args.preset, "hardware": hardware,
                                               "options": extra, "rows": rows}, indent=1))
     print(tabulate([[r["budget"], f"{r['step_ms']:.1f}", f"{r['step_ms'] / r['baseline_step_ms']:.3f}",
-                     f"{r['stall_ms']:.1f}", f"{r['activation_gib']:.2f}", f"{r['offload_gib']:.2f}",
+                     f"{r['stall_ms']:.1f}", f"{r['activation_gib']:.2f}", f"{r['step_peak_gib']:.2f}",
+                     f"{r['offload_gib']:.2f}",
                      f"{r['recompute_gib']:.2f}", r["recomputed"], r["note"][:40]] for r in rows],
-                   headers=["budget", "pred step ms", "vs base", "stall ms", "act GiB", "offload GiB",
+                   headers=["budget", "pred step ms", "vs base", "stall ms", "act GiB", "step peak GiB", "offload GiB",
                             "recompute GiB", "recomputed", "note"]))
     return 0
 

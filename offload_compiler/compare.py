@@ -216,6 +216,8 @@ def run_strategy(spec: dict[str, Any]) -> Row:
                 b.predicted.get("activation_peak_bytes", 0) for b in backend.plans) / 2**30
             row.extra["predicted_baseline_activation_gib"] = sum(
                 b.predicted.get("baseline_activation_peak_bytes", 0) for b in backend.plans) / 2**30
+            row.extra["predicted_step_peak_gib"] = sum(
+                b.predicted.get("step_peak_bytes", 0) for b in backend.plans) / 2**30
             row.extra["hardware"] = backend.plans[0].hardware
         row.extra["offloaded_gib"] = sum(b.offloaded_bytes for b in backend.plans) / 2**30
         row.extra["recomputed"] = sum(len(b.recomputed) for b in backend.plans)

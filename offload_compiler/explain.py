@@ -43,7 +43,8 @@ class Report:
     def predicted(self) -> dict[str, float]:
         """Predictions summed over graphs (each graph's are in ``graphs[i].predicted``)."""
         keys = ("activation_peak_bytes", "baseline_activation_peak_bytes", "peak_bytes",
-                "step_ms", "baseline_step_ms", "stall_ms")
+                "step_peak_bytes", "baseline_step_peak_bytes", "step_ms", "baseline_step_ms",
+                "stall_ms")
         return {k: sum(g.predicted.get(k, 0) for g in self.graphs) for k in keys}
 
     def __str__(self) -> str:

@@ -24,6 +24,7 @@ from passes import (
     analyze_candidates,
     annotate_streams,
     insert_transfers,
+    keep_matmuls_early,
     schedule_prefetches,
     schedule_releases,
 )
@@ -88,7 +89,7 @@ class OffloadPartitioner(CustomPartitionerFn):
         graph_id = next(_graph_ids)
         dumper = Dumper(dump_root(self.config.dump_dir))
         dumper.joint(gm)
-        fw_gm, bw_gm = min_cut_rematerialization_partition(gm, joint_inputs, **kwargs)
+        fw_gm, bw_gm = _partition(gm, joint_inputs, kwargs)
         dumper.stage("partitioned", fw_gm, bw_gm)
         candidates = self._analyze(fw_gm, bw_gm, num_fwd_outputs)
         off_device = not any(c.device.split(":")[0] in self.config.devices for c in candidates)
@@ -191,7 +192,7 @@ class OffloadPartitioner(CustomPartitionerFn):
             recomputed.update((n, solution.reasons[n]) for n in recompute)
             if recompute:
                 planner.tag_recompute(joint_gm, [facts.chains[n] for n in recompute])
-                fw_gm, bw_gm = min_cut_rematerialization_partition(joint_gm, joint_inputs, **kwargs)
+                fw_gm, bw_gm = _partition(joint_gm, joint_inputs, kwargs)
                 candidates = self._analyze(fw_gm, bw_gm, num_fwd_outputs)
                 earlier.update((c.name, c) for c in candidates if c.name not in earlier)
                 facts = planner.gather(fw_gm, bw_gm, num_fwd_outputs, candidates, joint_gm, cost,
@@ -242,6 +243,14 @@ class OffloadPartitioner(CustomPartitionerFn):
     def uuid(self) -> str:
         """Changes with the config and with the code of this package and of ``passes``."""
         return f"offload-{_source_hash()}-{self.config.fingerprint()}"
+
+
+def _partition(joint_gm: fx.GraphModule, joint_inputs, kwargs) -> tuple[fx.GraphModule, fx.GraphModule]:
+    """Min-cut's partition, with backward's matmuls kept where they are
+    (``passes.keep_matmuls_early``)."""
+    fw_gm, bw_gm = min_cut_rematerialization_partition(joint_gm, joint_inputs, **kwargs)
+    keep_matmuls_early(bw_gm)
+    return fw_gm, bw_gm
 
 
 def _simulate(plan: GraphPlan, facts, baseline, lanes, hw, budget_bytes=None):

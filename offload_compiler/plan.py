@@ -173,14 +173,17 @@ def predictions(baseline, final, budget_bytes: int | None = None) -> dict[str, f
     """The planner's predictions for a plan (``final``) against nothing moved (``baseline``).
 
     ``peak_bytes`` is the predicted activation peak: the part of device memory the plan
-    changes, with the output of the backward op running (parameters, gradients and
-    other temporaries are not modelled).
+    changes, with the output of the backward op running. ``step_peak_bytes`` adds the
+    step's other tensors (forward and backward intermediates, gradients): the peak of
+    memory allocated during the step less what was held before it.
     """
     return {
         "activation_peak_bytes": final.peak_bytes,
         "baseline_activation_peak_bytes": baseline.peak_bytes,
         "peak_bytes": final.peak_bytes,
         "peak_time_ms": final.peak_time_ms,
+        "step_peak_bytes": final.step_peak_bytes,
+        "baseline_step_peak_bytes": baseline.step_peak_bytes,
         "step_ms": final.step_ms,
         "baseline_step_ms": baseline.step_ms,
         "stall_ms": final.stall_ms,

@@ -16,7 +16,6 @@
 from __future__ import annotations
 
 import dataclasses
-import operator
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,12 +24,13 @@ import torch.fx as fx
 from torch.utils.checkpoint import CheckpointPolicy
 
 from passes import Candidate
-from passes.analyze_candidates import alias_closure, is_view_node, saved_values
+from passes.analyze_candidates import saved_values, view_root
 
 from .config import OffloadConfig
 from .costs import (NodeCosts, chain_ms, fused_backward_reads, is_extern, is_materialized, op_argument,
                     tensor_bytes)
 from .hardware import HardwareProfile
+from .liveness import Liveness, aliases, step_transients
 from .simulator import KEEP, OFFLOAD, RECOMPUTE, Lanes, SimResult, SimTensor, simulate
 from .solver import Option, Solution, solve
 
@@ -53,6 +53,9 @@ class Facts:
     """Joint-graph node names to recompute for each tensor that may be recomputed."""
     bw_out_bytes: list[int] = dataclasses.field(default_factory=list)
     """Bytes each backward op writes to memory (its output, where materialized)."""
+    transients: list[tuple[int, int, int]] = dataclasses.field(default_factory=list)
+    """Every other tensor the step writes, for the step peak: ``(nbytes, first_op,
+    last_op)`` (``simulator.simulate``; ``liveness.step_transients``)."""
     slowed: tuple[list[bool], list[bool]] | None = None
     """Which forward and backward ops a running copy slows (``copy_slowdown``): the
     memory-bound ones, not matmuls or attention. Slowing every op priced offloading
@@ -103,6 +106,8 @@ def gather(fw_gm: fx.GraphModule, bw_gm: fx.GraphModule, num_fwd_outputs: int,
     Tensors under ``min_bytes`` are not recomputed (``OffloadConfig.min_offload_bytes``)."""
     fw_nodes = [n for n in fw_gm.graph.nodes if n.op == "call_function"]
     bw_nodes = [n for n in bw_gm.graph.nodes if n.op == "call_function"]
+    fw_live = Liveness(fw_nodes)
+    bw_live = Liveness(bw_nodes, offset=len(fw_nodes), donated=True)
     fw_pos = {n: i for i, n in enumerate(fw_nodes)}
     bw_pos = {n: i for i, n in enumerate(bw_nodes)}
     fw_by_name = {n.name: n for n in fw_gm.graph.nodes}
@@ -116,8 +121,7 @@ def gather(fw_gm: fx.GraphModule, bw_gm: fx.GraphModule, num_fwd_outputs: int,
         placeholder = bw_inputs.get(c.name)
         if node.op != "call_function" or placeholder is None or c.nbytes == 0:
             continue  # inputs and parameters: not activation memory
-        users = [u for a in alias_closure(node) for u in a.users if u in fw_pos]
-        bw_users = [u for a in _bw_closure(placeholder) for u in a.users if u in bw_pos]
+        bw_users = [u for a in aliases(placeholder) for u in a.users if u in bw_pos]
         if not bw_users:
             continue
         chain, why_not = _recompute_chain(joint, c.name, saved) if joint else ([], "no joint graph")
@@ -139,9 +143,9 @@ def gather(fw_gm: fx.GraphModule, bw_gm: fx.GraphModule, num_fwd_outputs: int,
         rc_ms = chain_ms(chain, cost, fused) if chain else 0.0
         tensors.append(SimTensor(
             name=c.name, nbytes=c.nbytes, produced=fw_pos[node],
-            last_fw_use=max([fw_pos[u] for u in users] + [fw_pos[node]]),
+            last_fw_use=max(fw_live.last_read(view_root(node)), fw_pos[node]),
             first_bw_use=min(bw_pos[u] for u in bw_users),
-            last_bw_use=max(bw_pos[u] for u in bw_users),
+            last_bw_use=bw_live.last_read(placeholder) - len(fw_nodes),
             recompute_ms=rc_ms,
         ))
         options[c.name] = Option(
@@ -150,10 +154,15 @@ def gather(fw_gm: fx.GraphModule, bw_gm: fx.GraphModule, num_fwd_outputs: int,
         )
         chains[c.name] = [n.name for n in chain]
     tensors = _share_recomputation(tensors, chains, joint, cost)
-    bw_out = [tensor_bytes(n.meta.get("val")) if is_materialized(n) else 0 for n in bw_nodes]
+    # What a backward op writes is held while it runs; not when written over its input.
+    bw_out = [tensor_bytes(n.meta.get("val"))
+              if is_materialized(n) and bw_live.pos[n] not in bw_live.inplace else 0
+              for n in bw_nodes]
     slowed = ([not is_extern(n) for n in fw_nodes], [not is_extern(n) for n in bw_nodes])
+    transients = step_transients(fw_live, bw_live, num_fwd_outputs)
     return Facts(fw_nodes, bw_nodes, [cost(n) for n in fw_nodes],
-                 [cost(n) for n in bw_nodes], tensors, options, chains, bw_out, slowed)
+                 [cost(n) for n in bw_nodes], tensors, options, chains, bw_out_bytes=bw_out,
+                 slowed=slowed, transients=transients)
 
 
 def _share_recomputation(tensors: list[SimTensor], chains: dict[str, list[str]],
@@ -174,16 +183,6 @@ def _share_recomputation(tensors: list[SimTensor], chains: dict[str, list[str]],
         for i in members:
             x = out[i]
             out[i] = dataclasses.replace(x, group=kernels[0], shared_ms=min(shared, x.recompute_ms))
-    return out
-
-
-def _bw_closure(placeholder: fx.Node) -> list[fx.Node]:
-    out, todo = [], [placeholder]
-    while todo:
-        n = todo.pop()
-        out.append(n)
-        todo.extend(u for u in n.users if (is_view_node(u) or u.target is operator.getitem)
-                    and u.args and u.args[0] is n)
     return out
 
 
@@ -237,7 +236,8 @@ def tag_recompute(joint_gm: fx.GraphModule, chains: list[list[str]]) -> int:
 def final_simulation(facts: Facts, decisions: dict[str, str], lanes: Lanes) -> SimResult:
     tensors = [dataclasses.replace(x, decision=decisions.get(x.name, KEEP)) for x in facts.tensors]
     return simulate(facts.fw_ms, facts.bw_ms, tensors, lanes, record=True,
-                    bw_out_bytes=facts.bw_out_bytes, slowed=facts.slowed)
+                    bw_out_bytes=facts.bw_out_bytes, slowed=facts.slowed,
+                    transients=facts.transients)
 
 
 __all__ = ["Facts", "Lanes", "gather", "solve_facts", "tag_recompute", "final_simulation", "lanes_of",

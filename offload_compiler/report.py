@@ -76,6 +76,10 @@ def summary_text(plan: GraphPlan) -> str:
     if p:
         lines.append(f"  activation peak  {p['activation_peak_bytes'] / 2**20:10.1f} MiB "
                      f"(nothing moved: {p['baseline_activation_peak_bytes'] / 2**20:.1f} MiB)")
+        if p.get("step_peak_bytes"):
+            lines.append(f"  step peak        {p['step_peak_bytes'] / 2**20:10.1f} MiB "
+                         f"(nothing moved: {p['baseline_step_peak_bytes'] / 2**20:.1f} MiB; "
+                         "with gradients and temporaries)")
         lines.append(f"  step time        {p['step_ms']:10.2f} ms  "
                      f"(nothing moved: {p['baseline_step_ms']:.2f} ms; stalls {p['stall_ms']:.2f} ms)")
     if plan.note:

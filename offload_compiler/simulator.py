@@ -27,6 +27,14 @@ use. That is the *activation peak*, the bytes held for backward. With
 ``bw_out_bytes``, the output a backward op writes counts too while that op runs: the
 gradient of a large activation is as large as it, and a recomputation that only
 moves the activation into the time of that op does not lower the peak.
+
+The *step peak* adds what the activation peak leaves out: every other tensor the step
+writes to memory (``transients``: forward intermediates until their last forward use,
+outputs, backward intermediates and the parameter gradients), each held from the
+start of the op that writes it to the end of the op that last reads it. That is the
+peak a caller measures as ``torch.cuda.max_memory_allocated`` less what was held
+before the step. Frees at one instant count before allocations, as Inductor frees a
+kernel's dead inputs before the next kernel's outputs are allocated.
 """
 
 from __future__ import annotations
@@ -96,6 +104,9 @@ class SimResult:
     """(lane, label, start_ms, end_ms): lanes ``compute``, ``d2h``, ``h2d``."""
     memory: list[tuple[float, int]] = field(default_factory=list)
     """(time_ms, activation bytes held) after every change."""
+    step_peak_bytes: int = 0
+    """Peak of activations and ``transients`` together (0 without ``transients``)."""
+    step_peak_time_ms: float = 0.0
 
 
 def copy_ms(nbytes: int, gbps: float) -> float:
@@ -105,18 +116,23 @@ def copy_ms(nbytes: int, gbps: float) -> float:
 
 def simulate(fw_ms: list[float], bw_ms: list[float], tensors: list[SimTensor], lanes: Lanes,
              *, record: bool = False, bw_out_bytes: list[int] | None = None,
-             slowed: tuple[list[bool], list[bool]] | None = None) -> SimResult:
+             slowed: tuple[list[bool], list[bool]] | None = None,
+             transients: list[tuple[int, int, int]] | None = None) -> SimResult:
     """Simulate one training step; see the module docstring for the model.
     ``bw_out_bytes[k]``: bytes backward op ``k`` writes, held while it runs.
     ``slowed``: which forward and which backward ops a running copy slows (``None``:
-    all of them)."""
+    all of them). ``transients``: ``(nbytes, first_op, last_op)`` for every other tensor
+    the step writes, ops numbered over forward then backward (backward op ``k`` is
+    ``len(fw_ms) + k``); with them, the result has ``step_peak_bytes``."""
     mem_deltas: list[tuple[float, int, int]] = []  # (time, order, delta)
+    out_deltas: list[tuple[float, int, int]] = []  # bw_out_bytes: not in the step peak
     events: list[tuple[str, str, float, float]] = []
+    op_span: list[tuple[float, float]] = []  # (start, end) of every op, forward then backward
     order = 0
 
-    def mem(t: float, delta: int) -> None:
+    def mem(t: float, delta: int, into: list | None = None) -> None:
         nonlocal order
-        mem_deltas.append((t, order, delta))
+        (mem_deltas if into is None else into).append((t, order, delta))
         order += 1
 
     produced_at: dict[int, list[SimTensor]] = {}
@@ -142,6 +158,7 @@ def simulate(fw_ms: list[float], bw_ms: list[float], tensors: list[SimTensor], l
         ms = fw_ms[i] * (slow if d2h_free > t and fw_slowed[i] else 1.0)
         if record and ms > 0:
             events.append(("compute", f"fw {i}", t, t + ms))
+        op_span.append((t, t + ms))
         t += ms
         for x in held_from.get(i, ()):
             mem(t, x.nbytes)
@@ -229,9 +246,12 @@ def simulate(fw_ms: list[float], bw_ms: list[float], tensors: list[SimTensor], l
         out = bw_out_bytes[k] if bw_out_bytes else 0
         if out:
             mem(t, out)
+            mem(t, out, out_deltas)
+        op_span.append((t, t + ms))
         t += ms
         if out:
             mem(t, -out)
+            mem(t, -out, out_deltas)
         for x in last_use.get(k, ()):
             mem(t, -x.nbytes)
 
@@ -247,12 +267,34 @@ def simulate(fw_ms: list[float], bw_ms: list[float], tensors: list[SimTensor], l
             peak, peak_t = held, time_ms
         if record:
             curve.append((time_ms, held))
+    step_peak, step_peak_t = (_step_peak(mem_deltas, out_deltas, transients, op_span)
+                              if transients is not None else (0, 0.0))
     return SimResult(
         step_ms=t, fw_ms=fw_end, bw_ms=t - fw_end, stall_ms=stall, peak_bytes=peak,
         peak_time_ms=peak_t, end_of_forward_bytes=end_fw, release_after=release_after,
         reload_before=reload_before, copy_ms=copy_time, hidden_ms=hidden, events=events,
-        memory=curve,
+        memory=curve, step_peak_bytes=step_peak, step_peak_time_ms=step_peak_t,
     )
+
+
+def _step_peak(mem_deltas, out_deltas, transients, op_span) -> tuple[int, float]:
+    """Peak and its time of the activation deltas (less the backward outputs while
+    their op runs: ``transients`` hold those longer) plus ``transients``."""
+    deltas = [(time_ms, delta) for time_ms, _, delta in mem_deltas]
+    deltas += [(time_ms, -delta) for time_ms, _, delta in out_deltas]
+    last = len(op_span) - 1
+    for nbytes, first, end in transients:
+        if nbytes <= 0 or not 0 <= first <= last:
+            continue
+        deltas.append((op_span[first][0], nbytes))
+        deltas.append((op_span[min(max(end, first), last)][1], -nbytes))
+    deltas.sort()  # at one instant, frees (negative) first
+    held, peak, peak_t = 0, 0, 0.0
+    for time_ms, delta in deltas:
+        held += delta
+        if held > peak:
+            peak, peak_t = held, time_ms
+    return peak, peak_t
 
 
 def _releases_now(x: SimTensor, i: int, t: float, done_at: float, n_fw: int) -> bool:

@@ -7,6 +7,7 @@ never import the backend. See README.md in this folder for the invariants they k
 from .analyze_candidates import Candidate, analyze_candidates, saved_values
 from .annotate_streams import annotate_streams
 from .insert_transfers import Offload, insert_transfers
+from .keep_matmuls_early import keep_matmuls_early
 from .schedule_prefetches import schedule_prefetches
 from .schedule_releases import schedule_releases
 from .transfer_meta import META_KEY, TransferMeta, transfer_meta, transfer_nodes
@@ -19,6 +20,7 @@ __all__ = [
     "analyze_candidates",
     "annotate_streams",
     "insert_transfers",
+    "keep_matmuls_early",
     "saved_values",
     "schedule_prefetches",
     "schedule_releases",

@@ -234,3 +234,26 @@ def test_only_the_ops_named_slowed_run_slower_beside_a_copy():
     assert matmuls.bw_ms == simulate([1, 2, 1], [1, 1, 1], ts, LANES).bw_ms
     everything = simulate([1, 2, 1], [1, 1, 1], ts, slow)
     assert everything.bw_ms > matmuls.bw_ms
+
+
+def test_step_peak_adds_transients_and_frees_before_allocating():
+    # fw ops 0, 1; bw ops 0, 1 (global 2, 3), 1 ms each. A (1 MB) is held from the end
+    # of fw op 0 to the end of bw op 0. G, a gradient of 2 MB, is written by bw op 0
+    # and held to the end (global 2..3). X (4 MB) lives in fw op 0 alone; Y (4 MB) is
+    # written by fw op 1: X is freed at t=1 before Y is allocated, so they never meet.
+    r = simulate([1, 1], [1, 1], [T("A", MB, 0, 0, 0, 0)], LANES,
+                 transients=[(4 * MB, 0, 0), (4 * MB, 1, 1), (2 * MB, 2, 3)])
+    assert r.peak_bytes == MB                      # the activation peak is unchanged
+    assert r.step_peak_bytes == 5 * MB             # Y and A during fw op 1
+    assert r.step_peak_time_ms == pytest.approx(1)
+    # Without transients there is no step peak.
+    assert simulate([1, 1], [1, 1], [T("A", MB, 0, 0, 0, 0)], LANES).step_peak_bytes == 0
+
+
+def test_step_peak_counts_a_backward_output_once():
+    # bw op 0 writes 3 MB (bw_out_bytes, held while it runs, in the activation peak);
+    # the transient holds the same tensor to bw op 1: the step peak counts it once.
+    r = simulate([1], [1, 1], [T("A", MB, 0, 0, 1, 1)], LANES, bw_out_bytes=[3 * MB, 0],
+                 transients=[(3 * MB, 1, 2)])
+    assert r.peak_bytes == 4 * MB
+    assert r.step_peak_bytes == 4 * MB

@@ -1,0 +1,199 @@
+"""Liveness: when a tensor of a partitioned graph is really read for the last time, and
+which tensors Inductor writes over in place. What the simulator's memory is counted from.
+
+Inductor fuses ops: a value it keeps in registers (a pointwise result no extern kernel
+or output reads, ``costs.is_materialized``) is computed inside each kernel that reads
+it. So a tensor read by such a value is read by the kernel that writes the value's
+first materialized descendant, not by the value's own op: a saved logits tensor read
+by a chain of casts, exponentials and subtractions is still held while the kernel at
+the chain's end writes the logits' gradient. :class:`Liveness` finds that kernel for
+every op (its *kernel end*): the op itself when it is materialized or a reduction
+(Inductor writes a reduction's result to a buffer of its own), else the latest kernel
+end among its readers.
+
+Inductor rewrites ``add(mm(a, b), c)`` into ``addmm(c, a, b)`` at the add: the matmul
+reads ``a`` and ``b`` there (``passes.keep_matmuls_early``, which prevents it where that
+holds large inputs, says more).
+
+Inductor also writes a kernel's output into an input buffer the kernel reads for the
+last time, when both have one dtype and sizes within 5% (``config.inplace_buffers``;
+``Scheduler.decide_inplace_update``): the gradient of the logits takes the logits'
+memory, and the two never coexist. Graph inputs are only reused in backward, where
+AOTAutograd donates the saved tensors; a value the graph outputs is never reused.
+"""
+
+from __future__ import annotations
+
+import operator
+
+import torch.fx as fx
+
+from passes.analyze_candidates import is_view_node, size_hint
+from passes.keep_matmuls_early import addmm_target
+
+from .costs import is_extern, is_materialized, tensor_bytes
+
+
+def _free(node: fx.Node) -> bool:
+    return is_view_node(node) or node.target is operator.getitem
+
+
+def _numel(val) -> int:
+    shape = getattr(val, "shape", None)
+    if shape is None:
+        return 0
+    n = 1
+    for s in shape:
+        n *= size_hint(s) or 0  # a hint: never a guard on a dynamic size
+    return n
+
+
+def _reduces(node: fx.Node) -> bool:
+    """An op with fewer output elements than its largest input: a reduction (or an
+    indexing op), which ends a fusion."""
+    out = _numel(node.meta.get("val"))
+    return any(_numel(a.meta.get("val")) > out for a in node.all_input_nodes)
+
+
+def _dtype(node: fx.Node):
+    return getattr(node.meta.get("val"), "dtype", None)
+
+
+class Liveness:
+    """Kernel ends and in-place reuse of one graph's ``nodes`` (its ``call_function``
+    nodes in order), positions counted from ``offset``. ``donated``: graph inputs whose
+    memory Inductor may reuse (backward: the saved tensors)."""
+
+    def __init__(self, nodes: list[fx.Node], offset: int = 0, donated: bool = False) -> None:
+        self.nodes = nodes
+        self.pos = {n: offset + i for i, n in enumerate(nodes)}
+        self.end: dict[fx.Node, int] = {}
+        self.deferred: dict[fx.Node, int] = {}
+        """A matmul Inductor runs later, as an ``addmm`` at its add: -> that position."""
+        for node in nodes:
+            add = addmm_target(node)
+            if add is not None and add in self.pos:
+                self.deferred[node] = self.pos[add]
+        for node in reversed(nodes):
+            at = self.pos[node]
+            if node in self.deferred:
+                self.end[node] = self.deferred[node]
+            elif not _free(node) and (is_materialized(node) or _reduces(node)):
+                self.end[node] = at
+            else:
+                self.end[node] = max([at] + [self.end[u] for u in node.users if u in self.end])
+        self.inplace: dict[int, fx.Node] = {}
+        """Op position -> the input buffer its output is written over."""
+        for node in nodes:
+            if _free(node) or is_extern(node) or not is_materialized(node):
+                continue
+            reused = self._reusable_input(node, donated)
+            if reused is not None:
+                self.inplace[self.pos[node]] = reused
+
+    def last_read(self, node: fx.Node) -> int:
+        """Position of the last kernel that reads ``node``'s storage (through views
+        and ``getitem``), or ``node``'s own position when no op reads it."""
+        last = self.pos.get(node, -1)
+        for alias in aliases(node):
+            for user in alias.users:
+                if user in self.end:
+                    last = max(last, self.end[user])
+        return last
+
+    def read_by_output(self, node: fx.Node) -> bool:
+        return any(u.op == "output" for a in aliases(node) for u in a.users)
+
+    def _kernel_inputs(self, node: fx.Node) -> list[fx.Node]:
+        """Buffers the kernel that writes ``node`` reads: walking back through the
+        values it computes inline, to materialized values and graph inputs."""
+        found, todo, seen = [], list(node.all_input_nodes), set()
+        while todo:
+            n = todo.pop()
+            if n in seen:
+                continue
+            seen.add(n)
+            if n.op == "placeholder":
+                found.append(n)
+            elif n.op != "call_function":
+                continue
+            elif _free(n):
+                todo.extend(n.all_input_nodes[:1])
+            elif self.end.get(n) == self.pos.get(n) and n is not node:
+                found.append(n)
+            else:
+                todo.extend(n.all_input_nodes)
+        return found
+
+    def _reusable_input(self, node: fx.Node, donated: bool) -> fx.Node | None:
+        out = tensor_bytes(node.meta.get("val"))
+        if not out:
+            return None
+        at = self.pos[node]
+        best = None
+        for buf in self._kernel_inputs(node):
+            if buf.op == "placeholder" and not donated:
+                continue
+            size = tensor_bytes(buf.meta.get("val"))
+            if (_dtype(buf) != _dtype(node) or not 0.95 * size <= out <= size
+                    or self.last_read(buf) != at or self.read_by_output(buf)):
+                continue
+            if best is None or size > tensor_bytes(best.meta.get("val")):
+                best = buf
+        return best
+
+
+def aliases(node: fx.Node) -> list[fx.Node]:
+    """``node`` and what reads its storage: its views and ``getitem``s, recursively."""
+    out, todo = [], [node]
+    while todo:
+        n = todo.pop()
+        out.append(n)
+        todo.extend(u for u in n.users if _free(u) and u.args and u.args[0] is n)
+    return out
+
+
+def step_transients(fw: Liveness, bw: Liveness, num_fwd_outputs: int) -> list[tuple[int, int, int]]:
+    """``(nbytes, first_op, last_op)`` for every tensor Inductor likely writes to memory
+    in the forward (``fw``) and backward (``bw``, positions after forward's) graphs,
+    for the simulator's step peak:
+
+    - a forward value: until its last forward read. A saved one is then counted by the
+      simulator as an activation; a model output is held to the end of the step (the
+      caller holds it through backward, as a loss is);
+    - a backward value: until its last backward read; a gradient (a backward output)
+      to the end of the step;
+    - a value written over an input buffer in place counts from the op after its own:
+      the input's memory holds it until then.
+
+    Not counted: the workspaces kernels allocate inside (cuBLAS, attention backward's
+    accumulators).
+    """
+    end = len(fw.nodes) + len(bw.nodes) - 1
+    out = []
+    for live in (fw, bw):
+        for node in live.nodes:
+            if _free(node) or not is_materialized(node) or node in live.deferred:
+                continue  # a deferred matmul writes into its add's output
+            nbytes = tensor_bytes(node.meta.get("val"))
+            if not nbytes:
+                continue
+            at = live.pos[node]
+            last = live.last_read(node)
+            if live.read_by_output(node) and (live is bw or _is_model_output(node, num_fwd_outputs)):
+                last = end
+            first = at + 1 if at in live.inplace else at
+            if first <= last:
+                out.append((nbytes, first, last))
+    return out
+
+
+def _is_model_output(node: fx.Node, num_fwd_outputs: int) -> bool:
+    for alias in aliases(node):
+        for user in alias.users:
+            if user.op != "output":
+                continue
+            outs = user.args[0] if isinstance(user.args[0], (list, tuple)) else (user.args[0],)
+            if any(a is alias for a in outs[:num_fwd_outputs]):
+                return True
+    return False

@@ -1,0 +1,112 @@
+"""Liveness: kernel ends through fused chains, in-place reuse, the step's transients."""
+
+import torch
+from torch.fx.experimental.proxy_tensor import make_fx
+
+from offload_compiler.liveness import Liveness, step_transients
+
+
+def _graph(fn, *shapes):
+    args = [torch.randn(s, dtype=torch.bfloat16) for s in shapes]
+    gm = make_fx(fn)(*args)
+    nodes = [n for n in gm.graph.nodes if n.op == "call_function"]
+    return gm, nodes, {n.name: n for n in gm.graph.nodes}
+
+
+def _loss_like(x, w, w2):
+    logits = x @ w                                   # materialized: an extern result
+    y = (logits.float().exp() - 1).to(torch.bfloat16)  # fused, written out for the mm
+    return y @ w2
+
+
+def test_a_tensor_read_by_a_fused_chain_lives_until_the_chain_is_written():
+    gm, nodes, by = _graph(_loss_like, (64, 32), (32, 128), (128, 16))
+    live = Liveness(nodes)
+    logits, y = by["mm"], [n for n in nodes if n.name.startswith("_to_copy")][-1]
+    # The first reader is the cast; the kernel that reads the logits writes y.
+    assert live.last_read(logits) == live.pos[y]
+    assert live.end[by["exp"]] == live.pos[y]
+
+
+def test_output_written_over_its_dead_input_in_place():
+    gm, nodes, by = _graph(_loss_like, (64, 32), (32, 128), (128, 16))
+    y = [n for n in nodes if n.name.startswith("_to_copy")][-1]
+    live = Liveness(nodes)
+    assert live.inplace == {live.pos[y]: by["mm"]}
+    # y counts from the op after its own: the logits' memory holds it until then.
+    mine = {(nb, a, b) for nb, a, b in step_transients(live, Liveness([], len(nodes)), 1)}
+    assert (64 * 128 * 2, live.pos[y] + 1, live.pos[by["mm_1"]]) in mine
+    assert (64 * 128 * 2, live.pos[by["mm"]], live.pos[y]) in mine
+
+
+def test_no_in_place_over_a_value_the_graph_outputs():
+    def fn(x, w, w2):
+        logits = x @ w
+        y = (logits.float().exp() - 1).to(torch.bfloat16)
+        return y @ w2, logits
+
+    gm, nodes, by = _graph(fn, (64, 32), (32, 128), (128, 16))
+    live = Liveness(nodes)
+    assert live.inplace == {}
+    # A model output is held to the end of the step; backward has two ops here.
+    bw = Liveness([], len(nodes))
+    spans = step_transients(live, bw, 2)
+    assert (64 * 128 * 2, live.pos[by["mm"]], len(nodes) - 1) in spans
+
+
+def test_no_in_place_over_inputs_unless_donated_or_of_another_size():
+    def fn(a, w):
+        return ((a.float() * 2).to(torch.bfloat16)) @ w
+
+    gm, nodes, by = _graph(fn, (64, 128), (128, 16))
+    assert Liveness(nodes).inplace == {}
+    donated = Liveness(nodes, donated=True)
+    assert list(donated.inplace.values())[0].op == "placeholder"
+
+    def wider(a, w):  # the cast doubles the bytes: nothing to write over
+        return (a.float() * 2) @ w.float()
+
+    gm, nodes, by = _graph(wider, (64, 128), (128, 16))
+    assert Liveness(nodes, donated=True).inplace == {}
+
+
+def test_a_matmul_added_to_another_value_runs_at_the_add():
+    # Inductor writes add(mm(a, b), c) as addmm(c, a, b) at the add: a and b are read
+    # there. Here g's matmul is deferred past the unrelated matmul h.
+    def fn(a, b, c, w):
+        g = a.t() @ b
+        h = c @ w
+        return (g + h) * 1
+
+    gm, nodes, by = _graph(fn, (64, 32), (64, 32), (32, 16), (16, 32))
+    live = Liveness(nodes)
+    add = by["add"]
+    assert live.deferred == {by["mm"]: live.pos[add]}
+    assert live.last_read(by["t"].args[0]) == live.pos[add]
+    # The deferred matmul writes nothing of its own; the sum is written at the add.
+    spans = step_transients(live, Liveness([], len(nodes)), 1)
+    assert all(first != live.pos[by["mm"]] for _, first, _ in spans)
+
+
+def test_keep_matmuls_early_stops_a_deferral_that_holds_large_inputs():
+    from passes import keep_matmuls_early
+
+    # g = a.t() @ b is added to h at the end: as an addmm it would hold a and b (the
+    # large inputs) until then. After the pass it runs where it is, exactly.
+    def fn(a, b, c, w):
+        g = a.t() @ b
+        h = c @ w
+        return (g + h) * 1
+
+    shapes = ((256, 32), (256, 32), (32, 16), (16, 32))
+    gm, nodes, by = _graph(fn, *shapes)
+    assert Liveness(nodes).deferred
+    args = [torch.randn(s, dtype=torch.bfloat16) for s in shapes]
+    expected = gm(*args)
+    assert keep_matmuls_early(gm) == 1
+    nodes = [n for n in gm.graph.nodes if n.op == "call_function"]
+    assert by["mm"] not in Liveness(nodes).deferred  # h's small matmul may still be
+    assert torch.equal(gm(*args), expected)
+    # Small inputs (here smaller than the 32x32 result) are left to Inductor.
+    gm, _, _ = _graph(fn, (4, 32), (4, 32), (32, 16), (16, 32))
+    assert keep_matmuls_early(gm) == 0
