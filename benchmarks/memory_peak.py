@@ -73,17 +73,16 @@ def live_at_peak(trace: list[dict]) -> tuple[int, int, list[tuple[dict, dict | N
 def measure(name: str, spec: dict, top: int) -> dict:
     row = Row(strategy=name)
     device = torch.device(spec["device"])
-    model, batch, _ = compare.load_model(spec)
-    model = model.to(device=device, dtype=getattr(torch, spec["dtype"]))
-    batch = tuple(b.to(device) if isinstance(b, torch.Tensor) else b for b in batch)
-    compiled, patches = compare._prepare(name, model, spec, row)
+    model, compiled, batch, _, patches = compare.setup_strategy(spec, row)
+    if compiled is None:
+        raise SystemExit(f"{name}: {row.note}")
 
     def step():
         out = compiled(*batch)
         (out if out.dim() == 0 else out.float().mean()).backward()
         model.zero_grad(set_to_none=True)
 
-    with compare._patched(patches):
+    with compare.patched(patches):
         for _ in range(spec["warmup"]):
             step()
         torch.cuda.synchronize()

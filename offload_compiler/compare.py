@@ -144,17 +144,26 @@ def _ckpt(fn, context_fn, *args, **kwargs):
 # ---------------------------------------------------------------------------------
 # one strategy, in its own process
 # ---------------------------------------------------------------------------------
+def setup_strategy(spec: dict[str, Any], row: Row):
+    """The model of ``spec`` on its device and dtype, compiled with ``spec``'s strategy:
+    ``(model, compiled, batch, tokens, patches)``; ``compiled`` is ``None`` when the
+    strategy is unsupported (``row`` says why). Run it under ``patched(patches)``."""
+    import torch
+
+    device = torch.device(spec["device"])
+    model, batch, tokens = load_model(spec)
+    model = model.to(device=device, dtype=getattr(torch, spec["dtype"]))
+    batch = tuple(b.to(device) if isinstance(b, torch.Tensor) else b for b in batch)
+    compiled, patches = _prepare(spec["strategy"], model, spec, row)
+    return model, compiled, batch, tokens, patches
+
+
 def run_strategy(spec: dict[str, Any]) -> Row:
     import torch
 
-    name = spec["strategy"]
-    row = Row(strategy=name)
+    row = Row(strategy=spec["strategy"])
     device = torch.device(spec["device"])
-    dtype = getattr(torch, spec["dtype"])
-    model, batch, tokens = load_model(spec)
-    model = model.to(device=device, dtype=dtype)
-    batch = tuple(b.to(device) if isinstance(b, torch.Tensor) else b for b in batch)
-    compiled, patches = _prepare(name, model, spec, row)
+    model, compiled, batch, tokens, patches = setup_strategy(spec, row)
     if compiled is None:
         return row
 
@@ -172,7 +181,7 @@ def run_strategy(spec: dict[str, Any]) -> Row:
         if device.type == "cuda":
             torch.cuda.synchronize()
 
-    with _patched(patches):
+    with patched(patches):
         t0 = time.perf_counter()
         loss = step()
         sync()
@@ -265,7 +274,7 @@ def _prepare(name: str, model, spec: dict[str, Any], row: Row):
     raise ValueError(f"unknown strategy {name!r}; valid strategies: {STRATEGY_HELP}")
 
 
-class _patched:
+class patched:
     def __init__(self, patches: dict[str, Any]) -> None:
         self.patches = patches
 

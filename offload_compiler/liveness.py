@@ -26,9 +26,10 @@ from __future__ import annotations
 
 import operator
 
+import torch
 import torch.fx as fx
 
-from passes.analyze_candidates import is_view_node, size_hint
+from passes.analyze_candidates import dtype_of, is_view_node, numel_hint
 from passes.keep_matmuls_early import addmm_target
 
 from .costs import is_extern, is_materialized, tensor_bytes
@@ -39,13 +40,7 @@ def _free(node: fx.Node) -> bool:
 
 
 def _numel(val) -> int:
-    shape = getattr(val, "shape", None)
-    if shape is None:
-        return 0
-    n = 1
-    for s in shape:
-        n *= size_hint(s) or 0  # a hint: never a guard on a dynamic size
-    return n
+    return (numel_hint(val) or 0) if isinstance(val, torch.Tensor) else 0
 
 
 def _reduces(node: fx.Node) -> bool:
@@ -53,10 +48,6 @@ def _reduces(node: fx.Node) -> bool:
     indexing op), which ends a fusion."""
     out = _numel(node.meta.get("val"))
     return any(_numel(a.meta.get("val")) > out for a in node.all_input_nodes)
-
-
-def _dtype(node: fx.Node):
-    return getattr(node.meta.get("val"), "dtype", None)
 
 
 class Liveness:
@@ -135,7 +126,7 @@ class Liveness:
             if buf.op == "placeholder" and not donated:
                 continue
             size = tensor_bytes(buf.meta.get("val"))
-            if (_dtype(buf) != _dtype(node) or not 0.95 * size <= out <= size
+            if (dtype_of(buf) != dtype_of(node) or not 0.95 * size <= out <= size
                     or self.last_read(buf) != at or self.read_by_output(buf)):
                 continue
             if best is None or size > tensor_bytes(best.meta.get("val")):

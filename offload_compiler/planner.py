@@ -108,7 +108,7 @@ def gather(fw_gm: fx.GraphModule, bw_gm: fx.GraphModule, num_fwd_outputs: int,
     bw_nodes = [n for n in bw_gm.graph.nodes if n.op == "call_function"]
     fw_live = Liveness(fw_nodes)
     bw_live = Liveness(bw_nodes, offset=len(fw_nodes), donated=True)
-    fw_pos = {n: i for i, n in enumerate(fw_nodes)}
+    fw_pos = fw_live.pos
     bw_pos = {n: i for i, n in enumerate(bw_nodes)}
     fw_by_name = {n.name: n for n in fw_gm.graph.nodes}
     bw_inputs = {p.name: p for p in bw_gm.graph.find_nodes(op="placeholder")}

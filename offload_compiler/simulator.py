@@ -125,7 +125,7 @@ def simulate(fw_ms: list[float], bw_ms: list[float], tensors: list[SimTensor], l
     the step writes, ops numbered over forward then backward (backward op ``k`` is
     ``len(fw_ms) + k``); with them, the result has ``step_peak_bytes``."""
     mem_deltas: list[tuple[float, int, int]] = []  # (time, order, delta)
-    out_deltas: list[tuple[float, int, int]] = []  # bw_out_bytes: not in the step peak
+    out_deltas: list[tuple[float, int, int]] = []  # bw_out_bytes: activation peak only
     events: list[tuple[str, str, float, float]] = []
     op_span: list[tuple[float, float]] = []  # (start, end) of every op, forward then backward
     order = 0
@@ -245,21 +245,18 @@ def simulate(fw_ms: list[float], bw_ms: list[float], tensors: list[SimTensor], l
             events.append(("compute", f"bw {k}", t, t + ms))
         out = bw_out_bytes[k] if bw_out_bytes else 0
         if out:
-            mem(t, out)
             mem(t, out, out_deltas)
         op_span.append((t, t + ms))
         t += ms
         if out:
-            mem(t, -out)
             mem(t, -out, out_deltas)
         for x in last_use.get(k, ()):
             mem(t, -x.nbytes)
 
     # ---- memory ---------------------------------------------------------------
-    mem_deltas.sort()
     held, peak, peak_t, end_fw = 0, 0, 0.0, 0
     curve = []
-    for time_ms, _, delta in mem_deltas:
+    for time_ms, _, delta in sorted(mem_deltas + out_deltas):
         held += delta
         if time_ms <= fw_end:
             end_fw = held
@@ -267,7 +264,7 @@ def simulate(fw_ms: list[float], bw_ms: list[float], tensors: list[SimTensor], l
             peak, peak_t = held, time_ms
         if record:
             curve.append((time_ms, held))
-    step_peak, step_peak_t = (_step_peak(mem_deltas, out_deltas, transients, op_span)
+    step_peak, step_peak_t = (_step_peak(mem_deltas, transients, op_span)
                               if transients is not None else (0, 0.0))
     return SimResult(
         step_ms=t, fw_ms=fw_end, bw_ms=t - fw_end, stall_ms=stall, peak_bytes=peak,
@@ -277,11 +274,10 @@ def simulate(fw_ms: list[float], bw_ms: list[float], tensors: list[SimTensor], l
     )
 
 
-def _step_peak(mem_deltas, out_deltas, transients, op_span) -> tuple[int, float]:
-    """Peak and its time of the activation deltas (less the backward outputs while
+def _step_peak(mem_deltas, transients, op_span) -> tuple[int, float]:
+    """Peak and its time of the activation deltas (without the backward outputs while
     their op runs: ``transients`` hold those longer) plus ``transients``."""
     deltas = [(time_ms, delta) for time_ms, _, delta in mem_deltas]
-    deltas += [(time_ms, -delta) for time_ms, _, delta in out_deltas]
     last = len(op_span) - 1
     for nbytes, first, end in transients:
         if nbytes <= 0 or not 0 <= first <= last:

@@ -84,14 +84,26 @@ def size_hint(x: object) -> int | None:
     return None
 
 
-def tensor_nbytes(val: torch.Tensor) -> int | None:
+def dtype_of(node: object) -> torch.dtype | None:
+    """The dtype of ``node``'s value (``None`` for a non-tensor value or a non-node)."""
+    return getattr(getattr(node, "meta", {}).get("val"), "dtype", None)
+
+
+def numel_hint(val: torch.Tensor) -> int | None:
+    """Elements of ``val`` from size hints (never a guard on a dynamic size); ``None``
+    when a size has no hint."""
     numel = 1
     for s in val.shape:
         h = size_hint(s)
         if h is None:
             return None
         numel *= h
-    return numel * val.element_size()
+    return numel
+
+
+def tensor_nbytes(val: torch.Tensor) -> int | None:
+    numel = numel_hint(val)
+    return None if numel is None else numel * val.element_size()
 
 
 def is_overlapping(val: torch.Tensor) -> bool | None:

@@ -21,14 +21,10 @@ from __future__ import annotations
 import torch
 import torch.fx as fx
 
-from .analyze_candidates import alias_closure, tensor_nbytes
+from .analyze_candidates import alias_closure, dtype_of, tensor_nbytes
 from .placement import _is_extern
 
 aten = torch.ops.aten
-
-
-def _dtype(node) -> torch.dtype | None:
-    return getattr(getattr(node, "meta", {}).get("val"), "dtype", None)
 
 
 def addmm_target(node: fx.Node) -> fx.Node | None:
@@ -44,14 +40,13 @@ def addmm_target(node: fx.Node) -> fx.Node | None:
     if first is not node and getattr(first, "target", None) is node.target and len(first.users) == 1:
         return None  # add(mm, mm): the pattern takes the first
     others = [a for a in add.args if a is not node]
-    dtype = _dtype(node)
-    if (len(others) != 1 or not isinstance(others[0], fx.Node) or _dtype(others[0]) != dtype
-            or any(_dtype(a) != dtype for a in node.all_input_nodes)):
+    dtype = dtype_of(node)
+    if (len(others) != 1 or not isinstance(others[0], fx.Node) or dtype_of(others[0]) != dtype
+            or any(dtype_of(a) != dtype for a in node.all_input_nodes)):
         return None
     device = getattr(node.meta.get("val"), "device", None)
     if device is not None and device.type != "cpu" and add.users and all(
-            u.op == "call_function" and not _is_extern(u) and u.target is not aten.mm.default
-            for u in add.users):
+            u.op == "call_function" and not _is_extern(u) for u in add.users):
         return None
     return add
 
