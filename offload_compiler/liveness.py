@@ -33,6 +33,7 @@ from passes.analyze_candidates import dtype_of, is_view_node, numel_hint
 from passes.keep_matmuls_early import addmm_target
 
 from .costs import is_extern, is_materialized, tensor_bytes
+from .simulator import Transient
 
 
 def _free(node: fx.Node) -> bool:
@@ -144,10 +145,10 @@ def aliases(node: fx.Node) -> list[fx.Node]:
     return out
 
 
-def step_transients(fw: Liveness, bw: Liveness, num_fwd_outputs: int) -> list[tuple[int, int, int]]:
-    """``(nbytes, first_op, last_op)`` for every tensor Inductor likely writes to memory
-    in the forward (``fw``) and backward (``bw``, positions after forward's) graphs,
-    for the simulator's step peak:
+def step_transients(fw: Liveness, bw: Liveness, num_fwd_outputs: int) -> list[Transient]:
+    """A :class:`~offload_compiler.simulator.Transient` for every tensor Inductor likely
+    writes to memory in the forward (``fw``) and backward (``bw``, positions after
+    forward's) graphs, for the simulator's step peak:
 
     - a forward value: until its last forward read. A saved one is then counted by the
       simulator as an activation; a model output is held to the end of the step (the
@@ -155,28 +156,61 @@ def step_transients(fw: Liveness, bw: Liveness, num_fwd_outputs: int) -> list[tu
     - a backward value: until its last backward read; a gradient (a backward output)
       to the end of the step;
     - a value written over an input buffer in place counts from the op after its own:
-      the input's memory holds it until then.
+      the input's memory holds it until then;
+    - attention backward's accumulator for the query's gradient (:func:`workspace_bytes`),
+      while that op runs.
 
-    Not counted: the workspaces kernels allocate inside (cuBLAS, attention backward's
-    accumulators).
+    Each carries Inductor's reuse key (dtype and size) for the simulator's replay of
+    its buffer pool: a value Inductor allocates may take a dead buffer of its key, and
+    a value no output reads, not written over in place, enters the pool when it dies.
+    Not counted: other workspaces kernels allocate inside (cuBLAS).
     """
     end = len(fw.nodes) + len(bw.nodes) - 1
     out = []
     for live in (fw, bw):
+        overwritten = set(live.inplace.values())
         for node in live.nodes:
+            at = live.pos[node]
+            scratch = workspace_bytes(node)
+            if scratch:
+                out.append(Transient(scratch, at, at))
             if _free(node) or not is_materialized(node) or node in live.deferred:
                 continue  # a deferred matmul writes into its add's output
-            nbytes = tensor_bytes(node.meta.get("val"))
+            val = node.meta.get("val")
+            nbytes = tensor_bytes(val)
             if not nbytes:
                 continue
-            at = live.pos[node]
             last = live.last_read(node)
-            if live.read_by_output(node) and (live is bw or _is_model_output(node, num_fwd_outputs)):
+            output = live.read_by_output(node)
+            if output and (live is bw or _is_model_output(node, num_fwd_outputs)):
                 last = end
             first = at + 1 if at in live.inplace else at
-            if first <= last:
-                out.append((nbytes, first, last))
+            if first > last:
+                continue
+            single = isinstance(val, torch.Tensor)
+            key = f"{dtype_of(node)}:{nbytes}" if single else ""
+            out.append(Transient(nbytes, first, last, key=key, allocates=first == at,
+                                 pooled=not output and node not in overwritten))
     return out
+
+
+_ATTENTION_BACKWARD = ("_scaled_dot_product_cudnn_attention_backward",
+                       "_scaled_dot_product_flash_attention_backward",
+                       "_scaled_dot_product_efficient_attention_backward",
+                       "_scaled_dot_product_flash_attention_for_cpu_backward",
+                       "_flash_attention_backward", "_efficient_attention_backward")
+
+
+def workspace_bytes(node: fx.Node) -> int:
+    """Memory an attention backward kernel allocates for its own use while it runs:
+    an fp32 accumulator for the query's gradient, 4 bytes per query element (measured:
+    cuDNN's on an H100 holds 129 MiB for a 32 Mi-element bf16 query,
+    ``benchmarks/memory_peak.py``). 0 for every other op."""
+    name = getattr(getattr(node.target, "overloadpacket", None), "__name__", "")
+    if name not in _ATTENTION_BACKWARD:
+        return 0
+    query = node.args[1] if len(node.args) > 1 else None
+    return 4 * _numel(query.meta.get("val")) if isinstance(query, fx.Node) else 0
 
 
 def _is_model_output(node: fx.Node, num_fwd_outputs: int) -> bool:

@@ -31,7 +31,7 @@ from .costs import (NodeCosts, chain_ms, fused_backward_reads, is_extern, is_mat
                     tensor_bytes)
 from .hardware import HardwareProfile
 from .liveness import Liveness, aliases, step_transients
-from .simulator import KEEP, OFFLOAD, RECOMPUTE, Lanes, SimResult, SimTensor, simulate
+from .simulator import KEEP, OFFLOAD, RECOMPUTE, Lanes, SimResult, SimTensor, Transient, simulate
 from .solver import Option, Solution, solve
 
 # Absent before torch 2.9; PREFER_CPU_OFFLOAD is left to the planner's judgement.
@@ -53,9 +53,9 @@ class Facts:
     """Joint-graph node names to recompute for each tensor that may be recomputed."""
     bw_out_bytes: list[int] = dataclasses.field(default_factory=list)
     """Bytes each backward op writes to memory (its output, where materialized)."""
-    transients: list[tuple[int, int, int]] = dataclasses.field(default_factory=list)
-    """Every other tensor the step writes, for the step peak: ``(nbytes, first_op,
-    last_op)`` (``simulator.simulate``; ``liveness.step_transients``)."""
+    transients: list[Transient] = dataclasses.field(default_factory=list)
+    """Every other tensor the step writes, for the step peak (``simulator.simulate``;
+    ``liveness.step_transients``)."""
     slowed: tuple[list[bool], list[bool]] | None = None
     """Which forward and backward ops a running copy slows (``copy_slowdown``): the
     memory-bound ones, not matmuls or attention. Slowing every op priced offloading

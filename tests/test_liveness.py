@@ -3,7 +3,7 @@
 import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 
-from offload_compiler.liveness import Liveness, step_transients
+from offload_compiler.liveness import Liveness, step_transients, workspace_bytes
 
 
 def _graph(fn, *shapes):
@@ -34,7 +34,7 @@ def test_output_written_over_its_dead_input_in_place():
     live = Liveness(nodes)
     assert live.inplace == {live.pos[y]: by["mm"]}
     # y counts from the op after its own: the logits' memory holds it until then.
-    mine = {(nb, a, b) for nb, a, b in step_transients(live, Liveness([], len(nodes)), 1)}
+    mine = {t[:3] for t in step_transients(live, Liveness([], len(nodes)), 1)}
     assert (64 * 128 * 2, live.pos[y] + 1, live.pos[by["mm_1"]]) in mine
     assert (64 * 128 * 2, live.pos[by["mm"]], live.pos[y]) in mine
 
@@ -51,7 +51,7 @@ def test_no_in_place_over_a_value_the_graph_outputs():
     # A model output is held to the end of the step; backward has two ops here.
     bw = Liveness([], len(nodes))
     spans = step_transients(live, bw, 2)
-    assert (64 * 128 * 2, live.pos[by["mm"]], len(nodes) - 1) in spans
+    assert (64 * 128 * 2, live.pos[by["mm"]], len(nodes) - 1) in {t[:3] for t in spans}
 
 
 def test_no_in_place_over_inputs_unless_donated_or_of_another_size():
@@ -85,7 +85,7 @@ def test_a_matmul_added_to_another_value_runs_at_the_add():
     assert live.last_read(by["t"].args[0]) == live.pos[add]
     # The deferred matmul writes nothing of its own; the sum is written at the add.
     spans = step_transients(live, Liveness([], len(nodes)), 1)
-    assert all(first != live.pos[by["mm"]] for _, first, _ in spans)
+    assert all(t.first != live.pos[by["mm"]] for t in spans)
 
 
 def test_keep_matmuls_early_stops_a_deferral_that_holds_large_inputs():
@@ -110,3 +110,37 @@ def test_keep_matmuls_early_stops_a_deferral_that_holds_large_inputs():
     # Small inputs (here smaller than the 32x32 result) are left to Inductor.
     gm, _, _ = _graph(fn, (4, 32), (4, 32), (32, 16), (16, 32))
     assert keep_matmuls_early(gm) == 0
+
+
+def test_transients_carry_what_inductors_buffer_pool_needs():
+    gm, nodes, by = _graph(_loss_like, (64, 32), (32, 128), (128, 16))
+    live = Liveness(nodes)
+    y = [n for n in nodes if n.name.startswith("_to_copy")][-1]
+    spans = {(t.first, t.nbytes): t for t in step_transients(live, Liveness([], len(nodes)), 1)}
+    logits = spans[live.pos[by["mm"]], 64 * 128 * 2]
+    written_over = spans[live.pos[y] + 1, 64 * 128 * 2]
+    out = spans[live.pos[by["mm_1"]], 64 * 16 * 2]
+    # The logits: allocated by Inductor, but written over by y, so never pooled.
+    assert (logits.key, logits.allocates, logits.pooled) == ("torch.bfloat16:16384", True, False)
+    # y takes the logits' memory (allocates nothing) and is pooled when it dies.
+    assert (written_over.allocates, written_over.pooled) == (False, True)
+    # The model's output is never pooled.
+    assert out.allocates and not out.pooled
+
+
+def test_attention_backward_holds_an_fp32_accumulator_for_the_query_gradient():
+    import torch.nn.functional as F
+
+    def fn(q, k, v):
+        out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return torch.autograd.grad(out.sum(), (q, k, v))
+
+    args = [torch.randn(2, 4, 64, 16, dtype=torch.bfloat16, requires_grad=True) for _ in range(3)]
+    nodes = [n for n in make_fx(fn)(*args).graph.nodes if n.op == "call_function"]
+    backward = [n for n in nodes if "attention" in str(n.target) and "backward" in str(n.target)]
+    assert len(backward) == 1
+    assert workspace_bytes(backward[0]) == 4 * 2 * 4 * 64 * 16
+    assert sum(workspace_bytes(n) for n in nodes) == workspace_bytes(backward[0])
+    live = Liveness(nodes)
+    at = live.pos[backward[0]]
+    assert (4 * 2 * 4 * 64 * 16, at, at) in {t[:3] for t in step_transients(live, Liveness([], len(nodes)), 1)}

@@ -4,7 +4,8 @@ import dataclasses
 
 import pytest
 
-from offload_compiler.simulator import KEEP, OFFLOAD, RECOMPUTE, Lanes, SimTensor, simulate
+from offload_compiler.simulator import (KEEP, OFFLOAD, RECOMPUTE, Lanes, SimTensor, Transient,
+                                        held_for_reuse, simulate)
 from offload_compiler.solver import Option, solve
 
 MB = 10**6
@@ -257,3 +258,59 @@ def test_step_peak_counts_a_backward_output_once():
                  transients=[(3 * MB, 1, 2)])
     assert r.peak_bytes == 4 * MB
     assert r.step_peak_bytes == 4 * MB
+
+
+def _pool(nbytes, first, last, allocates=True, pooled=True, key="bf16:a"):
+    return Transient(nbytes, first, last, key=key, allocates=allocates, pooled=pooled)
+
+
+def test_a_dead_buffer_is_held_until_a_buffer_of_its_key_takes_it():
+    # Five forward ops. P dies after op 0; Q (same key) is allocated at op 3. Holding P
+    # through ops 1-2 (4 MB there with P) stays under the graph's estimated peak (6 MB
+    # at op 4, R), so Inductor reuses it: P is held to op 2, where Q takes it over.
+    spans = [_pool(4 * MB, 0, 0), _pool(4 * MB, 3, 3), Transient(6 * MB, 4, 4)]
+    assert held_for_reuse(spans, [0] * 5, n_fw=5) == [2, 3, 4]
+    # Of two buffers that die after op 1, Q takes the one pooled last (a stack per key).
+    lifo = [_pool(MB, 0, 1), _pool(MB, 1, 1), _pool(MB, 3, 3), Transient(8 * MB, 4, 4)]
+    assert held_for_reuse(lifo, [0] * 5, n_fw=5) == [1, 2, 3, 4]
+
+
+def test_a_reuse_that_would_raise_the_estimated_peak_frees_the_dead_buffer():
+    # As above, but ops 1-2 already hold 5 MB (the base: activations): with P held
+    # they would reach 9 MB, above the peak of 6: P is freed where it died.
+    spans = [_pool(4 * MB, 0, 0), _pool(4 * MB, 3, 3), Transient(6 * MB, 4, 4)]
+    assert held_for_reuse(spans, [0, 5 * MB, 5 * MB, 0, 0], n_fw=5) == [0, 3, 4]
+    # Adjacent kernels reuse whatever the estimate says.
+    adjacent = [_pool(4 * MB, 0, 0), _pool(4 * MB, 1, 1)]
+    assert held_for_reuse(adjacent, [9 * MB, 0], n_fw=2) == [0, 1]
+
+
+def test_no_reuse_across_forward_and_backward_or_between_keys_or_flags():
+    # P dies in forward (ops 0-1); Q is allocated in backward (op 2): different graphs.
+    spans = [_pool(MB, 0, 0), _pool(MB, 2, 2)]
+    assert held_for_reuse(spans + [Transient(8 * MB, 3, 3)], [0] * 4, n_fw=2) == [0, 2, 3]
+    # Another key; a buffer written over an input (allocates=False); a graph output
+    # (pooled=False): none of them meets a pooled buffer.
+    other = [_pool(MB, 0, 0), _pool(MB, 2, 2, key="f32:a"), Transient(8 * MB, 3, 3)]
+    assert held_for_reuse(other, [0] * 4, n_fw=4) == [0, 2, 3]
+    inplace = [_pool(MB, 0, 0), _pool(MB, 2, 2, allocates=False), Transient(8 * MB, 3, 3)]
+    assert held_for_reuse(inplace, [0] * 4, n_fw=4) == [0, 2, 3]
+    output = [_pool(MB, 0, 0, pooled=False), _pool(MB, 2, 2), Transient(8 * MB, 3, 3)]
+    assert held_for_reuse(output, [0] * 4, n_fw=4) == [0, 2, 3]
+
+
+def test_inductors_estimate_counts_host_copies_so_an_offload_plan_holds_more():
+    # One forward op, five backward ops (global 1..5). A (6 MB) is read by bw op 0
+    # (global 1). In backward, P (4 MB) dies at op 2, G (3 MB) lives at op 3, and Q
+    # (4 MB, P's key) is allocated at op 4.
+    trans = [_pool(4 * MB, 2, 2), Transient(3 * MB, 3, 3), _pool(4 * MB, 4, 4)]
+    # A kept: backward's estimated peak is A's 6 MB at op 1. Holding P over op 3
+    # would make 7 MB there: P is freed, and the step peak is 6 MB.
+    kept = simulate([1], [1] * 5, [T("A", 6 * MB, 0, 0, 0, 0)], LANES, transients=trans)
+    assert kept.step_peak_bytes == 6 * MB
+    # A offloaded (copies take no time): the same 6 MB on the GPU at op 1, but its host
+    # copy, an input of backward, adds 6 MB to Inductor's estimate there (12 MB): P is
+    # held to op 3, where it meets G: 7 MB.
+    off = simulate([1], [1] * 5, [T("A", 6 * MB, 0, 0, 0, 0, OFFLOAD)], Lanes(1e6, 1e6),
+                   transients=trans)
+    assert off.step_peak_bytes == 7 * MB
