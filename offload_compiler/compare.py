@@ -311,7 +311,8 @@ def compare(*, preset: str | None = "tiny", model: str | None = None, device: st
             budgets: tuple[float, ...] = (0.5, 0.2), strategies: list[str] | None = None,
             blocks: str | None = None, out: str | Path | None = None,
             timeout_s: float = 1800, offload_options: dict[str, Any] | None = None) -> list[Row]:
-    """Run every strategy in its own process; returns the rows (also written to ``out``).
+    """Run every strategy in its own process; returns the rows (also written to ``out``,
+    rewritten after each row).
 
     ``offload_options`` are extra ``OffloadConfig`` options for the ``offload:*``
     strategies (``memory_budget`` and ``devices`` come from the strategy name)."""
@@ -332,9 +333,9 @@ def compare(*, preset: str | None = "tiny", model: str | None = None, device: st
         spec = dict(strategy=name, preset=preset, model=model, device=device, dtype=dtype,
                     steps=steps, warmup=warmup, blocks=blocks, offload_options=offload_options)
         rows.append(_run_in_subprocess(spec, timeout_s, Path(out) if out is not None else None))
-    _flag_disagreements(rows, dtype)
-    if out is not None:
-        write_outputs(rows, Path(out), spec)
+        _flag_disagreements(rows, dtype)
+        if out is not None:  # after every row: a run cut short keeps what it measured
+            write_outputs(rows, Path(out), spec)
     return rows
 
 
