@@ -26,6 +26,7 @@ import torch.fx as fx
 from torch.utils.flop_counter import flop_registry, sdpa_backward_flop_count, sdpa_flop_count
 
 from passes.analyze_candidates import is_view_node, size_hint, tensor_nbytes
+from passes.placement import CPU_ATTENTION_OPS, called_op, is_extern
 
 from .hardware import HardwareProfile, time_ms
 from .runtime import ops
@@ -63,34 +64,7 @@ def _cpu_attention_backward_flops(grad_out, query, key, value, *args, **kwargs):
 
 #: Ops torch's flop counter has no formula for, counted like their CUDA counterparts
 #: (the CPU flash attention of loopback runs and offline planning).
-_EXTRA_FLOPS = {
-    "_scaled_dot_product_flash_attention_for_cpu": _cpu_attention_flops,
-    "_scaled_dot_product_flash_attention_for_cpu_backward": _cpu_attention_backward_flops,
-}
-
-
-def _rng_wrappers() -> dict[Any, int]:
-    """The partitioner's RNG wrappers (it wraps a random op it recomputes, attention
-    included, so both runs draw the same numbers), each with the position of the
-    wrapped op among its arguments."""
-    try:
-        from torch._prims import rng_prims
-    except ImportError:  # pragma: no cover
-        return {}
-    wrappers = {"graphsafe_run_with_rng_state": 0, "run_and_save_rng_state": 0, "run_with_rng_state": 1}
-    return {getattr(rng_prims, name): i for name, i in wrappers.items() if hasattr(rng_prims, name)}
-
-
-_RNG_WRAPPERS = _rng_wrappers()
-
-
-def _call(node: fx.Node) -> tuple[Any, tuple, dict]:
-    """``(op, args, kwargs)`` that ``node`` runs: the wrapped op for the RNG wrappers."""
-    at = _RNG_WRAPPERS.get(node.target) if node.op == "call_function" else None
-    if at is None or len(node.args) <= at:
-        return node.target, tuple(node.args), dict(node.kwargs)
-    kwargs = {k: v for k, v in node.kwargs.items() if k != "rng_state"}
-    return node.args[at], tuple(node.args[at + 1:]), kwargs
+_EXTRA_FLOPS = dict(zip(CPU_ATTENTION_OPS, (_cpu_attention_flops, _cpu_attention_backward_flops)))
 
 
 def causal_fraction(q_len: int, k_len: int) -> float:
@@ -105,7 +79,7 @@ def causal_fraction(q_len: int, k_len: int) -> float:
 
 def attention_direction(node: fx.Node) -> str | None:
     """``"forward"`` or ``"backward"`` for a fused scaled-dot-product attention op."""
-    packet = getattr(_call(node)[0], "overloadpacket", None)
+    packet = getattr(called_op(node)[0], "overloadpacket", None)
     name = getattr(packet, "__name__", "")
     if not name.startswith("_scaled_dot_product_") or "attention" not in name:
         return None
@@ -114,7 +88,7 @@ def attention_direction(node: fx.Node) -> str | None:
 
 def op_argument(node: fx.Node, name: str):
     """The value ``node`` passes for its op's argument ``name`` (schema default if absent)."""
-    target, args, kwargs = _call(node)
+    target, args, kwargs = called_op(node)
     schema = getattr(target, "_schema", None)
     for i, arg in enumerate(schema.arguments if schema is not None else ()):
         if arg.name == name:
@@ -137,7 +111,7 @@ def _attention_mask_fraction(node: fx.Node) -> float:
 def node_flops(node: fx.Node) -> int:
     """FLOPs of ``node`` by torch's flop formulas (0 for ops it does not count); for
     causal attention, only the scores the mask keeps (torch's formula counts them all)."""
-    target, args, kwargs = _call(node)
+    target, args, kwargs = called_op(node)
     packet = getattr(target, "overloadpacket", None)
     fn = (flop_registry.get(packet) or _EXTRA_FLOPS.get(packet.__name__)) if packet is not None else None
     if fn is None:
@@ -168,11 +142,6 @@ def _dtype(node: fx.Node) -> torch.dtype:
 def _free(node: fx.Node) -> bool:
     return (node.op != "call_function" or node.target is operator.getitem
             or node.target in ops.TRANSFER_OPS or is_view_node(node))
-
-
-def is_extern(node: fx.Node) -> bool:
-    """A kernel of its own (matmul, attention, convolution): what Inductor does not fuse."""
-    return node.op == "call_function" and not _free(node) and node_flops(node) > 0
 
 
 def is_materialized(node: fx.Node) -> bool:
@@ -360,7 +329,7 @@ def _describe(x: Any):
 
 def _signature(node: fx.Node) -> tuple | None:
     try:
-        target, args, kwargs = _call(node)
+        target, args, kwargs = called_op(node)
         return (str(target), _describe(list(args)),
                 tuple(sorted((k, _describe(v)) for k, v in kwargs.items())))
     except ValueError:
@@ -392,7 +361,7 @@ def _time_node(node: fx.Node, repeat: int) -> float | None:
     from torch._subclasses.fake_tensor import unset_fake_temporarily
 
     device = _some_tensor(node).device
-    target, args, kwargs = _call(node)
+    target, args, kwargs = called_op(node)
     try:
         with unset_fake_temporarily(), torch.no_grad(), torch.cuda.device(device):
             args = _materialize(list(args))

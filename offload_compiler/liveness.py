@@ -31,8 +31,9 @@ import torch.fx as fx
 
 from passes.analyze_candidates import dtype_of, is_view_node, numel_hint
 from passes.keep_matmuls_early import addmm_target
+from passes.placement import is_extern
 
-from .costs import is_extern, is_materialized, tensor_bytes
+from .costs import is_materialized, tensor_bytes
 from .simulator import Transient
 
 

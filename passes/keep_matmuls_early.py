@@ -22,7 +22,7 @@ import torch
 import torch.fx as fx
 
 from .analyze_candidates import alias_closure, dtype_of, tensor_nbytes
-from .placement import _is_extern
+from .placement import is_extern
 
 aten = torch.ops.aten
 
@@ -46,7 +46,7 @@ def addmm_target(node: fx.Node) -> fx.Node | None:
         return None
     device = getattr(node.meta.get("val"), "device", None)
     if device is not None and device.type != "cpu" and add.users and all(
-            u.op == "call_function" and not _is_extern(u) for u in add.users):
+            u.op == "call_function" and not is_extern(u) for u in add.users):
         return None
     return add
 

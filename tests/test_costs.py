@@ -147,3 +147,37 @@ def test_recomputation_fused_into_a_backward_reader_pays_only_its_write():
     chain, cost, size = [nodes["gelu"]], NodeCosts(CPU_PROFILE), N * N * 4
     assert chain_ms(chain, cost) == pytest.approx(_ms(2 * size))
     assert chain_ms(chain, cost, fused_backward_reads(gm.graph)) == pytest.approx(_ms(size))
+
+
+def test_one_extern_kernel_definition_for_passes_and_cost_model():
+    import operator
+
+    import torch.nn.functional as F
+    from torch._prims import rng_prims
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from offload_compiler import costs
+    from passes import placement
+
+    assert costs.is_extern is placement.is_extern
+
+    def fn(q, k, v, w):
+        out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        y = (out.flatten(0, 1) @ w).relu()
+        return torch.autograd.grad(y.sum(), (q, k, v))
+
+    args = [torch.randn(2, 4, 64, 16, requires_grad=True) for _ in range(3)] + [torch.randn(16, 16)]
+    nodes = [n for n in make_fx(fn)(*args).graph.nodes if n.op == "call_function"]
+    extern = {str(n.target).split(".")[1] for n in nodes if placement.is_extern(n)}
+    # Matmuls and CPU flash attention (no formula in torch's counter) both ways.
+    assert {"mm", "_scaled_dot_product_flash_attention_for_cpu",
+            "_scaled_dot_product_flash_attention_for_cpu_backward"} <= extern
+    assert not any(placement.is_extern(n) for n in nodes
+                   if n.target is operator.getitem or "relu" in str(n.target) or "view" in str(n.target))
+    # An op the partitioner wraps to replay its RNG state is the op it wraps.
+    g = torch.fx.Graph()
+    a, b = g.placeholder("a"), g.placeholder("b")
+    wrapped = g.call_function(rng_prims.run_and_save_rng_state, (torch.ops.aten.mm.default, a, b))
+    plain = g.call_function(rng_prims.run_and_save_rng_state, (torch.ops.aten.relu.default, a))
+    assert placement.is_extern(wrapped) and not placement.is_extern(plain)
+    assert placement.called_op(wrapped)[0] is torch.ops.aten.mm.default
