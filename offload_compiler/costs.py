@@ -18,15 +18,14 @@ kernel on its device, timed once per distinct signature at compile time.
 from __future__ import annotations
 
 import logging
-import operator
 from typing import Any
 
 import torch
 import torch.fx as fx
 from torch.utils.flop_counter import flop_registry, sdpa_backward_flop_count, sdpa_flop_count
 
-from passes.analyze_candidates import is_view_node, size_hint, tensor_nbytes
-from passes.placement import CPU_ATTENTION_OPS, called_op, is_extern
+from passes.analyze_candidates import is_view_or_getitem, size_hint, tensor_nbytes
+from passes.kernels import CPU_ATTENTION_OPS, called_op, is_extern
 
 from .hardware import HardwareProfile, time_ms
 from .runtime import ops
@@ -140,8 +139,7 @@ def _dtype(node: fx.Node) -> torch.dtype:
 
 
 def _free(node: fx.Node) -> bool:
-    return (node.op != "call_function" or node.target is operator.getitem
-            or node.target in ops.TRANSFER_OPS or is_view_node(node))
+    return node.op != "call_function" or node.target in ops.TRANSFER_OPS or is_view_or_getitem(node)
 
 
 def is_materialized(node: fx.Node) -> bool:

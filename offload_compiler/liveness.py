@@ -24,21 +24,15 @@ AOTAutograd donates the saved tensors; a value the graph outputs is never reused
 
 from __future__ import annotations
 
-import operator
-
 import torch
 import torch.fx as fx
 
-from passes.analyze_candidates import dtype_of, is_view_node, numel_hint
+from passes.analyze_candidates import dtype_of, is_view_or_getitem, numel_hint
+from passes.kernels import is_extern
 from passes.keep_matmuls_early import addmm_target
-from passes.placement import is_extern
 
-from .costs import is_materialized, tensor_bytes
+from .costs import attention_direction, is_materialized, op_argument, tensor_bytes
 from .simulator import Transient
-
-
-def _free(node: fx.Node) -> bool:
-    return is_view_node(node) or node.target is operator.getitem
 
 
 def _numel(val) -> int:
@@ -71,14 +65,14 @@ class Liveness:
             at = self.pos[node]
             if node in self.deferred:
                 self.end[node] = self.deferred[node]
-            elif not _free(node) and (is_materialized(node) or _reduces(node)):
+            elif not is_view_or_getitem(node) and (is_materialized(node) or _reduces(node)):
                 self.end[node] = at
             else:
                 self.end[node] = max([at] + [self.end[u] for u in node.users if u in self.end])
         self.inplace: dict[int, fx.Node] = {}
         """Op position -> the input buffer its output is written over."""
         for node in nodes:
-            if _free(node) or is_extern(node) or not is_materialized(node):
+            if is_view_or_getitem(node) or is_extern(node) or not is_materialized(node):
                 continue
             reused = self._reusable_input(node, donated)
             if reused is not None:
@@ -110,7 +104,7 @@ class Liveness:
                 found.append(n)
             elif n.op != "call_function":
                 continue
-            elif _free(n):
+            elif is_view_or_getitem(n):
                 todo.extend(n.all_input_nodes[:1])
             elif self.end.get(n) == self.pos.get(n) and n is not node:
                 found.append(n)
@@ -142,7 +136,7 @@ def aliases(node: fx.Node) -> list[fx.Node]:
     while todo:
         n = todo.pop()
         out.append(n)
-        todo.extend(u for u in n.users if _free(u) and u.args and u.args[0] is n)
+        todo.extend(u for u in n.users if is_view_or_getitem(u) and u.args and u.args[0] is n)
     return out
 
 
@@ -175,7 +169,7 @@ def step_transients(fw: Liveness, bw: Liveness, num_fwd_outputs: int) -> list[Tr
             scratch = workspace_bytes(node)
             if scratch:
                 out.append(Transient(scratch, at, at))
-            if _free(node) or not is_materialized(node) or node in live.deferred:
+            if is_view_or_getitem(node) or not is_materialized(node) or node in live.deferred:
                 continue  # a deferred matmul writes into its add's output
             val = node.meta.get("val")
             nbytes = tensor_bytes(val)
@@ -195,22 +189,14 @@ def step_transients(fw: Liveness, bw: Liveness, num_fwd_outputs: int) -> list[Tr
     return out
 
 
-_ATTENTION_BACKWARD = ("_scaled_dot_product_cudnn_attention_backward",
-                       "_scaled_dot_product_flash_attention_backward",
-                       "_scaled_dot_product_efficient_attention_backward",
-                       "_scaled_dot_product_flash_attention_for_cpu_backward",
-                       "_flash_attention_backward", "_efficient_attention_backward")
-
-
 def workspace_bytes(node: fx.Node) -> int:
     """Memory an attention backward kernel allocates for its own use while it runs:
     an fp32 accumulator for the query's gradient, 4 bytes per query element (measured:
     cuDNN's on an H100 holds 129 MiB for a 32 Mi-element bf16 query,
     ``benchmarks/memory_peak.py``). 0 for every other op."""
-    name = getattr(getattr(node.target, "overloadpacket", None), "__name__", "")
-    if name not in _ATTENTION_BACKWARD:
+    if attention_direction(node) != "backward":
         return 0
-    query = node.args[1] if len(node.args) > 1 else None
+    query = op_argument(node, "query")
     return 4 * _numel(query.meta.get("val")) if isinstance(query, fx.Node) else 0
 
 

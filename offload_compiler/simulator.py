@@ -392,8 +392,8 @@ def held_for_reuse(spans: list[Transient], base: list[int], n_fw: int) -> list[i
                 until[dead] = op - 1
                 for k in gap:
                     est[k] += spans[i].nbytes
-            for i in frees.get(op, ()):
-                if spans[i].last < hi - 1:
+            if op < hi - 1:  # a buffer dying in the graph's last op meets no allocation
+                for i in frees.get(op, ()):
                     pool.setdefault(spans[i].key, []).append(i)
     return until
 

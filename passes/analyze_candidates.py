@@ -53,6 +53,12 @@ def is_view_node(node: fx.Node) -> bool:
     return _returns_alias(node.target)
 
 
+def is_view_or_getitem(node: fx.Node) -> bool:
+    """A view or a ``getitem``: no kernel of its own; it reads (part of) its first
+    input."""
+    return is_view_node(node) or (node.op == "call_function" and node.target is operator.getitem)
+
+
 def view_root(node: fx.Node) -> fx.Node:
     """Follow views back to the node that owns the storage."""
     while is_view_node(node) and node.args and isinstance(node.args[0], fx.Node):

@@ -22,7 +22,7 @@ import torch
 import torch.fx as fx
 
 from .analyze_candidates import alias_closure, dtype_of, tensor_nbytes
-from .placement import is_extern
+from .kernels import is_extern
 
 aten = torch.ops.aten
 

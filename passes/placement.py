@@ -6,9 +6,7 @@ Shared by the passes that insert and move transfers (``insert_transfers``,
 - :func:`materialized`: when Inductor writes a tensor to memory whatever we do;
   anchors are chosen among those tensors (:func:`anchor_before`, :func:`release_point`);
 - kernel boundaries: a copy goes before the next extern kernel (:func:`copy_point`),
-  a reload's wait at the nearest boundary before its first reader (:func:`wait_point`);
-- :func:`is_extern`: what an extern kernel is, for these passes and for the cost model
-  and liveness of ``offload_compiler`` alike.
+  a reload's wait at the nearest boundary before its first reader (:func:`wait_point`).
 
 A transfer op between fused nodes, or an anchor on a value Inductor would have kept in
 registers, splits fusions: more kernels, more memory traffic
@@ -18,15 +16,14 @@ registers, splits fusions: more kernels, more memory traffic
 from __future__ import annotations
 
 import operator
-from typing import Any
 
 import torch
 import torch.fx as fx
-from torch.utils.flop_counter import flop_registry
 
 from offload_compiler.runtime import ops
 
-from .analyze_candidates import is_view_node
+from .analyze_candidates import is_view_or_getitem
+from .kernels import is_extern
 from .transfer_meta import transfer_meta
 
 
@@ -35,48 +32,6 @@ def is_tensor_op(node: fx.Node) -> bool:
     return (node.op == "call_function" and transfer_meta(node) is None
             and node.target not in ops.TRANSFER_OPS
             and isinstance(node.meta.get("val"), torch.Tensor))
-
-
-#: Ops torch's flop counter has no formula for that are kernels of their own all the
-#: same: the CPU flash attention of loopback runs and offline planning.
-CPU_ATTENTION_OPS = ("_scaled_dot_product_flash_attention_for_cpu",
-                     "_scaled_dot_product_flash_attention_for_cpu_backward")
-
-
-def _rng_wrappers() -> dict[Any, int]:
-    """The partitioner's RNG wrappers (it wraps a random op it recomputes, attention
-    included, so both runs draw the same numbers), each with the position of the
-    wrapped op among its arguments."""
-    try:
-        from torch._prims import rng_prims
-    except ImportError:  # pragma: no cover
-        return {}
-    wrappers = {"graphsafe_run_with_rng_state": 0, "run_and_save_rng_state": 0, "run_with_rng_state": 1}
-    return {getattr(rng_prims, name): i for name, i in wrappers.items() if hasattr(rng_prims, name)}
-
-
-_RNG_WRAPPERS = _rng_wrappers()
-
-
-def called_op(node: fx.Node) -> tuple[Any, tuple, dict]:
-    """``(op, args, kwargs)`` that ``node`` runs: the wrapped op for the RNG wrappers."""
-    at = _RNG_WRAPPERS.get(node.target) if node.op == "call_function" else None
-    if at is None or len(node.args) <= at:
-        return node.target, tuple(node.args), dict(node.kwargs)
-    kwargs = {k: v for k, v in node.kwargs.items() if k != "rng_state"}
-    return node.args[at], tuple(node.args[at + 1:]), kwargs
-
-
-def is_extern(node: fx.Node) -> bool:
-    """A kernel of its own, which Inductor does not fuse (matmul, attention,
-    convolution): an op torch's flop counter has a formula for (``flop_registry``), or
-    CPU flash attention, run directly or inside an RNG wrapper. Not a view,
-    ``getitem`` or transfer op."""
-    if (node.op != "call_function" or node.target is operator.getitem
-            or node.target in ops.TRANSFER_OPS or is_view_node(node)):
-        return False
-    packet = getattr(called_op(node)[0], "overloadpacket", None)
-    return packet is not None and (packet in flop_registry or packet.__name__ in CPU_ATTENTION_OPS)
 
 
 def materialized(graph: fx.Graph) -> dict[fx.Node, int]:
@@ -172,7 +127,7 @@ def _read_by_extern_only(node: fx.Node) -> bool:
             return False
         if is_extern(u) or u.target in ops.TRANSFER_OPS:
             continue
-        if not ((is_view_node(u) or u.target is operator.getitem) and _read_by_extern_only(u)):
+        if not (is_view_or_getitem(u) and _read_by_extern_only(u)):
             return False
     return True
 

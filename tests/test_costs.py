@@ -157,9 +157,9 @@ def test_one_extern_kernel_definition_for_passes_and_cost_model():
     from torch.fx.experimental.proxy_tensor import make_fx
 
     from offload_compiler import costs
-    from passes import placement
+    from passes import kernels, placement
 
-    assert costs.is_extern is placement.is_extern
+    assert costs.is_extern is kernels.is_extern is placement.is_extern
 
     def fn(q, k, v, w):
         out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
@@ -168,16 +168,16 @@ def test_one_extern_kernel_definition_for_passes_and_cost_model():
 
     args = [torch.randn(2, 4, 64, 16, requires_grad=True) for _ in range(3)] + [torch.randn(16, 16)]
     nodes = [n for n in make_fx(fn)(*args).graph.nodes if n.op == "call_function"]
-    extern = {str(n.target).split(".")[1] for n in nodes if placement.is_extern(n)}
+    extern = {str(n.target).split(".")[1] for n in nodes if kernels.is_extern(n)}
     # Matmuls and CPU flash attention (no formula in torch's counter) both ways.
     assert {"mm", "_scaled_dot_product_flash_attention_for_cpu",
             "_scaled_dot_product_flash_attention_for_cpu_backward"} <= extern
-    assert not any(placement.is_extern(n) for n in nodes
+    assert not any(kernels.is_extern(n) for n in nodes
                    if n.target is operator.getitem or "relu" in str(n.target) or "view" in str(n.target))
     # An op the partitioner wraps to replay its RNG state is the op it wraps.
     g = torch.fx.Graph()
     a, b = g.placeholder("a"), g.placeholder("b")
     wrapped = g.call_function(rng_prims.run_and_save_rng_state, (torch.ops.aten.mm.default, a, b))
     plain = g.call_function(rng_prims.run_and_save_rng_state, (torch.ops.aten.relu.default, a))
-    assert placement.is_extern(wrapped) and not placement.is_extern(plain)
-    assert placement.called_op(wrapped)[0] is torch.ops.aten.mm.default
+    assert kernels.is_extern(wrapped) and not kernels.is_extern(plain)
+    assert kernels.called_op(wrapped)[0] is torch.ops.aten.mm.default
