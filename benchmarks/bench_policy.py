@@ -24,10 +24,9 @@ from tabulate import tabulate
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "examples"))
 
 import offload_compiler  # noqa: E402
-from gpt import GPT, PRESETS, make_batch, preset  # noqa: E402
+from offload_compiler.models.gpt import GPT, PRESETS, make_batch, preset  # noqa: E402
 
 
 def run(policy: str, args: argparse.Namespace) -> dict:

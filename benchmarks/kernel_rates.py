@@ -27,10 +27,9 @@ from tabulate import tabulate
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "examples"))
 
-from gpt import PRESETS, preset  # noqa: E402
-from offload_compiler.hardware import calibrate, time_beside_copies, time_ms  # noqa: E402
+from offload_compiler.models.gpt import PRESETS, preset  # noqa: E402
+from offload_compiler.planning.hardware import calibrate, time_beside_copies, time_ms  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -28,10 +28,9 @@ from tabulate import tabulate
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "examples"))
 
 import offload_compiler  # noqa: E402
-from gpt import GPT, PRESETS, make_batch, preset  # noqa: E402
+from offload_compiler.models.gpt import GPT, PRESETS, make_batch, preset  # noqa: E402
 
 #: Measured on an NVIDIA H100 80GB HBM3 (results/2026-11-21_s4_kernel_rates_h100.json:
 #: copies, matmuls and memory as calibrated; attention forward from its causal SDPA

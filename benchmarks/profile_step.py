@@ -55,10 +55,9 @@ from tabulate import tabulate
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "examples"))
 
 import offload_compiler  # noqa: E402
-from gpt import GPT, PRESETS, make_batch, preset  # noqa: E402
+from offload_compiler.models.gpt import GPT, PRESETS, make_batch, preset  # noqa: E402
 
 
 def kernel_kind(name: str) -> str:
@@ -160,8 +159,8 @@ def analyze_trace(trace: dict, steps: int) -> dict:
 def _node_costs(plans) -> list:
     """``[name, op, estimated ms]`` of each backward node the cost model prices above
     zero, in graph order (set beside ``bw_kernels``)."""
-    from offload_compiler.costs import node_ms
-    from offload_compiler.hardware import HardwareProfile
+    from offload_compiler.planning.costs import node_ms
+    from offload_compiler.planning.hardware import HardwareProfile
 
     out = []
     for plan in plans:

@@ -12,16 +12,12 @@ from __future__ import annotations
 import argparse
 import logging
 import statistics
-import sys
 import time
-from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
 import offload_compiler  # noqa: E402  (registers backend="offload")
-from gpt import GPT, PRESETS, make_batch, preset  # noqa: E402
+from offload_compiler.models.gpt import GPT, PRESETS, make_batch, preset  # noqa: E402
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 

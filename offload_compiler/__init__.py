@@ -8,9 +8,10 @@ also registers it through the ``torch_dynamo_backends`` entry point).
 
 from .backend import OffloadBackend, make_backend, offload_backend, register
 from .config import OffloadConfig
-from .explain import Report, explain
-from .inspect import graph_text
-from .plan import Decision, DecisionRecord, GraphPlan
+from .decision import Decision
+from .reporting.explain import Report, explain
+from .reporting.graph_text import graph_text
+from .reporting.records import DecisionRecord, GraphPlan, Predictions
 from .runtime import host_pool
 
 register()
@@ -21,6 +22,7 @@ __all__ = [
     "GraphPlan",
     "OffloadBackend",
     "OffloadConfig",
+    "Predictions",
     "Report",
     "explain",
     "graph_text",

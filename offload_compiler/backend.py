@@ -14,7 +14,7 @@ import torch.fx as fx
 
 from .config import OffloadConfig
 from .partitioner import OffloadPartitioner
-from .plan import GraphPlan
+from .reporting.records import GraphPlan
 
 log = logging.getLogger("offload_compiler")
 

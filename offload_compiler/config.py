@@ -96,7 +96,7 @@ class OffloadConfig:
 
     hardware: Mapping[str, float] | None = None
     """Overrides of the measured hardware profile, e.g. ``{"d2h_gbps": 25.0}``; keys are
-    the fields of ``offload_compiler.hardware.HardwareProfile``. Stored as sorted
+    the fields of ``offload_compiler.planning.hardware.HardwareProfile``. Stored as sorted
     ``(key, value)`` pairs so the config stays hashable; ``as_dict()`` gives a dict."""
 
     dump_dir: str | None = None
@@ -157,7 +157,7 @@ class OffloadConfig:
                 or self.max_overhead < 0:
             raise ValueError(f"max_overhead={self.max_overhead!r} is not valid; it must be a "
                              "non-negative number (a fraction of the step time)")
-        from .hardware import validate_overrides
+        from .planning.hardware import validate_overrides
 
         validate_overrides(self.hardware)
         if self.hardware is not None:

@@ -1,7 +1,9 @@
 """Pure FX graph passes of offload_compiler: one pass per module, named with a verb.
 
-Passes import ``torch.fx`` and the op handles of ``offload_compiler.runtime`` only; they
-never import the backend. See README.md in this folder for the invariants they keep.
+Passes import ``torch`` and each other only, never ``offload_compiler``: they name the
+transfer ops through ``torch.ops.offload`` (registered by ``offload_compiler.runtime``;
+:func:`passes.nodes.transfer_op`). ``passes.nodes`` is the one home for what an FX node
+is. See README.md in this folder for the invariants they keep.
 """
 
 from .analyze_candidates import Candidate, analyze_candidates, saved_values

@@ -14,11 +14,12 @@ tensor has the view's strides on a fresh storage.
 
 from __future__ import annotations
 
-import operator
 from dataclasses import dataclass
 
 import torch
 import torch.fx as fx
+
+from .nodes import is_dense, is_overlapping, is_view_node, size_hint, tensor_nbytes, view_root
 
 
 @dataclass(frozen=True)
@@ -35,113 +36,6 @@ class Candidate:
     eligible: bool
     reason: str
     """Why it is eligible or not, in words."""
-
-
-def _returns_alias(target: object) -> bool:
-    schema = getattr(target, "_schema", None)
-    return schema is not None and any(r.alias_info is not None for r in schema.returns)
-
-
-def is_view_node(node: fx.Node) -> bool:
-    """True if ``node``'s result aliases an input: a view op, or an element of the
-    list a view op returns (``split``, ``unbind``, ``chunk``)."""
-    if node.op != "call_function":
-        return False
-    if node.target is operator.getitem:
-        parent = node.args[0]
-        return isinstance(parent, fx.Node) and is_view_node(parent)
-    return _returns_alias(node.target)
-
-
-def is_view_or_getitem(node: fx.Node) -> bool:
-    """A view or a ``getitem``: no kernel of its own; it reads (part of) its first
-    input."""
-    return is_view_node(node) or (node.op == "call_function" and node.target is operator.getitem)
-
-
-def view_root(node: fx.Node) -> fx.Node:
-    """Follow views back to the node that owns the storage."""
-    while is_view_node(node) and node.args and isinstance(node.args[0], fx.Node):
-        node = node.args[0]
-    return node
-
-
-def alias_closure(node: fx.Node) -> list[fx.Node]:
-    """Every node sharing ``node``'s storage: its root and all views of the root."""
-    out, todo = [], [view_root(node)]
-    while todo:
-        n = todo.pop()
-        out.append(n)
-        todo.extend(u for u in n.users if is_view_node(u) and u.args and u.args[0] is n)
-    return out
-
-
-def size_hint(x: object) -> int | None:
-    if isinstance(x, int):
-        return x
-    if isinstance(x, torch.SymInt):
-        hint = x.node.hint
-        if hint is not None:
-            return int(hint)
-        try:
-            return int(x.node.shape_env.size_hint(x.node.expr))
-        except Exception:  # unbacked symbol: no hint
-            return None
-    return None
-
-
-def dtype_of(node: object) -> torch.dtype | None:
-    """The dtype of ``node``'s value (``None`` for a non-tensor value or a non-node)."""
-    return getattr(getattr(node, "meta", {}).get("val"), "dtype", None)
-
-
-def numel_hint(val: torch.Tensor) -> int | None:
-    """Elements of ``val`` from size hints (never a guard on a dynamic size); ``None``
-    when a size has no hint."""
-    numel = 1
-    for s in val.shape:
-        h = size_hint(s)
-        if h is None:
-            return None
-        numel *= h
-    return numel
-
-
-def tensor_nbytes(val: torch.Tensor) -> int | None:
-    numel = numel_hint(val)
-    return None if numel is None else numel * val.element_size()
-
-
-def is_overlapping(val: torch.Tensor) -> bool | None:
-    """Whether two elements share memory (an expanded tensor); ``None`` if unknown."""
-    dims = []
-    for size, stride in zip(val.shape, val.stride()):
-        size, stride = size_hint(size), size_hint(stride)
-        if size is None or stride is None:
-            return None
-        if size > 1:
-            dims.append((stride, size))
-    dims.sort()
-    reach = 1  # elements spanned by the dimensions seen so far
-    for stride, size in dims:
-        if stride < reach:
-            return True
-        reach = stride * (size - 1) + reach
-    return False
-
-
-def is_dense(val: torch.Tensor) -> bool:
-    """Non-overlapping and dense (ignoring storage offset): its strides fit a buffer of
-    exactly ``numel`` elements."""
-    if is_overlapping(val) is not False:
-        return False
-    numel, reach = 1, 1
-    for size, stride in zip(val.shape, val.stride()):
-        size, stride = size_hint(size), size_hint(stride)
-        numel *= size
-        if size > 1:
-            reach += stride * (size - 1)
-    return reach == numel or numel == 0
 
 
 def _is_plain(val: torch.Tensor) -> bool:

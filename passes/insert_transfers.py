@@ -28,9 +28,7 @@ from dataclasses import dataclass
 import torch
 import torch.fx as fx
 
-from offload_compiler.runtime import ops
-
-from .analyze_candidates import alias_closure, is_dense
+from .nodes import alias_closure, is_dense, transfer_op
 from .placement import copy_point, release_point, wait_point
 from .transfer_meta import META_KEY, TransferMeta
 
@@ -74,14 +72,14 @@ def insert_transfers(
         # -- forward: copy out after the producer's fused work, release after the last use
         with fw.inserting_before(copy_point(x)):
             dense = is_dense(dev_val)
-            host = fw.call_function(ops.D2H, (x, dense))
-        host.meta["val"] = _fake(ops.D2H, *host.args)
+            host = fw.call_function(transfer_op("d2h"), (x, dense))
+        host.meta["val"] = _fake(transfer_op("d2h"), *host.args)
         order = {n: i for i, n in enumerate(fw.nodes)}
         users = [u for n in alias_closure(x) for u in n.users if u.op != "output"]
         last = max(users + [host], key=order.__getitem__)
         after, anchor = release_point(last, floor=x)
         with fw.inserting_after(after):
-            release = fw.call_function(ops.RELEASE, (x, host, anchor))
+            release = fw.call_function(transfer_op("release"), (x, host, anchor))
         release.meta["val"] = None
         index = next(i for i in range(num_fwd_outputs, len(new_outputs)) if new_outputs[i] is x)
         new_outputs[index] = host
@@ -90,11 +88,11 @@ def insert_transfers(
         first = next(n for n in bw.nodes if n in placeholder.users)
         with bw.inserting_before(wait_point(first)):
             dev = bw.call_function(
-                ops.H2D,
+                transfer_op("h2d"),
                 (placeholder, None, str(dev_val.device), None if dense else list(dev_val.stride())),
             )
-            wait = bw.call_function(ops.WAIT, (dev,))
-        dev.meta["val"] = _fake(ops.H2D, *dev.args)
+            wait = bw.call_function(transfer_op("wait"), (dev,))
+        dev.meta["val"] = _fake(transfer_op("h2d"), *dev.args)
         wait.meta["val"] = None
         for user in list(placeholder.users):
             if user is not dev:

@@ -21,8 +21,7 @@ from __future__ import annotations
 import torch
 import torch.fx as fx
 
-from .analyze_candidates import alias_closure, dtype_of, tensor_nbytes
-from .kernels import is_extern
+from .nodes import alias_closure, dtype_of, is_extern, tensor_nbytes
 
 aten = torch.ops.aten
 

@@ -3,7 +3,7 @@
 Shared by the passes that insert and move transfers (``insert_transfers``,
 ``schedule_releases``, ``schedule_prefetches``):
 
-- :func:`materialized`: when Inductor writes a tensor to memory whatever we do;
+- :func:`~passes.nodes.materialization_points`: when Inductor writes a tensor to memory whatever we do;
   anchors are chosen among those tensors (:func:`anchor_before`, :func:`release_point`);
 - kernel boundaries: a copy goes before the next extern kernel (:func:`copy_point`),
   a reload's wait at the nearest boundary before its first reader (:func:`wait_point`).
@@ -15,60 +15,19 @@ registers, splits fusions: more kernels, more memory traffic
 
 from __future__ import annotations
 
-import operator
 
-import torch
 import torch.fx as fx
 
-from offload_compiler.runtime import ops
-
-from .analyze_candidates import is_view_or_getitem
-from .kernels import is_extern
-from .transfer_meta import transfer_meta
-
-
-def is_tensor_op(node: fx.Node) -> bool:
-    """A computed tensor: not an input, not a transfer op (what an anchor may be)."""
-    return (node.op == "call_function" and transfer_meta(node) is None
-            and node.target not in ops.TRANSFER_OPS
-            and isinstance(node.meta.get("val"), torch.Tensor))
-
-
-def materialized(graph: fx.Graph) -> dict[fx.Node, int]:
-    """When Inductor writes a computed tensor to memory whatever we do: for each such
-    tensor, the position (index in graph order) of the node that makes it so. That is
-    the tensor's own node for the result of an extern kernel (matmul, attention,
-    convolution; also their ``getitem``s), and the first extern kernel or transfer op
-    that reads it otherwise.
-
-    An anchor is an extra input of an extern op, so Inductor materializes it where the
-    op is lowered. A tensor not materialized by then (a pointwise result its consumers
-    would fuse, or a saved value only written out at the end of the graph) would be
-    written there instead, which splits fusions: more kernels, more memory traffic.
-    """
-    found: dict[fx.Node, int] = {}
-    for i, node in enumerate(graph.nodes):
-        if node.op != "call_function":
-            continue
-        extern = is_extern(node)
-        if extern or node.target in ops.TRANSFER_OPS:
-            for n in node.all_input_nodes:
-                found.setdefault(n, i)
-        if extern:
-            found.setdefault(node, i)
-            for u in node.users:
-                if u.target is operator.getitem:
-                    found.setdefault(u, i)
-    return {n: i for n, i in found.items() if is_tensor_op(n)}
+from .nodes import is_extern, is_tensor_op, is_transfer, is_view_or_getitem, materialization_points
 
 
 def anchor_before(node: fx.Node) -> fx.Node | None:
     """The anchor of an op that should run right after ``node``: the nearest tensor
-    at or before ``node`` already :func:`materialized` by then (the op may then be
+    at or before ``node`` already :func:`~passes.nodes.materialization_points` by then (the op may then be
     issued a little earlier than asked), else the nearest computed tensor (``None``
     only when nothing is computed before ``node``: the op belongs at the top).
     """
-    done = materialized(node.graph)
+    done = materialization_points(node.graph)
     nodes = list(node.graph.nodes)
     at = nodes.index(node)
     nearest = None
@@ -85,12 +44,12 @@ def release_point(node: fx.Node, floor: fx.Node) -> tuple[fx.Node, fx.Node | Non
     ``floor``: the release goes right after ``after``, anchored on ``anchor``.
 
     The anchor is the nearest tensor after ``floor`` and at or before ``node`` that is
-    already :func:`materialized` there (the release stays after ``node``); else the
+    already :func:`~passes.nodes.materialization_points` there (the release stays after ``node``); else the
     first extern result after ``node`` (the release moves there: a little later, which
     holds memory a little longer and never stalls compute); else the nearest computed
     tensor after ``floor``, or ``None``.
     """
-    done = materialized(node.graph)
+    done = materialization_points(node.graph)
     nodes = list(node.graph.nodes)
     at, low = nodes.index(node), nodes.index(floor)
     window = nodes[low + 1 : at + 1]
@@ -125,7 +84,7 @@ def _read_by_extern_only(node: fx.Node) -> bool:
     for u in readers:
         if u.op != "call_function":
             return False
-        if is_extern(u) or u.target in ops.TRANSFER_OPS:
+        if is_extern(u) or is_transfer(u):
             continue
         if not (is_view_or_getitem(u) and _read_by_extern_only(u)):
             return False
@@ -148,7 +107,7 @@ def wait_point(first: fx.Node) -> fx.Node:
     cur = first
     while True:
         prev = cur.prev
-        if (prev.op != "call_function" or is_extern(prev) or prev.target in ops.TRANSFER_OPS
+        if (prev.op != "call_function" or is_extern(prev) or is_transfer(prev)
                 or _read_by_extern_only(prev)):
             return cur
         cur = prev

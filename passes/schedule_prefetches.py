@@ -9,7 +9,7 @@ just before the node the simulation chose.
 The node a reload is placed after becomes its ``anchor`` argument: without that data
 dependency Inductor hoists an op whose inputs are all graph inputs to the top of the
 graph, and every reload would be issued at once. Anchors are tensors Inductor writes
-to memory anyway (:func:`~passes.placement.materialized`: a matmul's result, a
+to memory anyway (:func:`~passes.nodes.materialization_points`: a matmul's result, a
 matmul's input); the nearest one at or before the intended point is taken, so a reload
 may go a few nodes early, never after an earlier-needed one (the H2D stream runs them
 in issue order).
@@ -19,9 +19,8 @@ from __future__ import annotations
 
 import torch.fx as fx
 
-from offload_compiler.runtime import ops
-
-from .placement import anchor_before, materialized
+from .nodes import materialization_points, transfer_op
+from .placement import anchor_before
 from .transfer_meta import transfer_meta, transfer_nodes
 
 
@@ -37,11 +36,11 @@ def schedule_prefetches(
     nodes = list(graph.nodes)
     pos = {n: i for i, n in enumerate(nodes)}
     top = graph.find_nodes(op="placeholder")[-1]  # reloads issued first go after it
-    done = materialized(graph)
+    done = materialization_points(graph)
     last = None  # the previous anchored reload
     for k, wait in enumerate(waits):
         h2d = wait.args[0]
-        assert transfer_meta(h2d) is not None and h2d.target is ops.H2D
+        assert transfer_meta(h2d) is not None and h2d.target is transfer_op("h2d")
         planned = issue_before.get(transfer_meta(h2d).value) if issue_before else None
         if planned is not None:
             anchor = anchor_before(nodes[min(pos[planned], pos[wait]) - 1])

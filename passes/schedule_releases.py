@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch.fx as fx
 
-from .analyze_candidates import alias_closure
+from .nodes import alias_closure
 from .placement import release_point
 from .transfer_meta import transfer_meta, transfer_nodes
 

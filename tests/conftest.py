@@ -5,7 +5,7 @@ import pytest
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "examples"))  # the example GPT is a test model too
+sys.path.insert(0, str(ROOT / "tests"))  # helpers.py and models.py
 
 
 def pytest_configure(config):

@@ -4,8 +4,8 @@ import pytest
 import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 
-from offload_compiler.costs import NodeCosts, chain_ms, node_ms
-from offload_compiler.hardware import CPU_PROFILE
+from offload_compiler.planning.costs import NodeCosts, chain_ms, node_ms
+from offload_compiler.planning.hardware import CPU_PROFILE
 
 N = 256  # float32 [N, N]: 256 KiB per tensor
 
@@ -43,7 +43,7 @@ def test_profile_mode_estimates_cpu_nodes():
 
 
 def test_causal_fraction_counts_the_scores_the_mask_keeps():
-    from offload_compiler.costs import causal_fraction
+    from offload_compiler.planning.hardware import causal_fraction
 
     assert causal_fraction(4, 4) == 10 / 16  # 1 + 2 + 3 + 4 of 16
     assert causal_fraction(2, 4) == 3 / 8    # queries 0, 1 see keys 0 and 0..1
@@ -66,7 +66,8 @@ def _attention_nodes(causal: bool, dtype=torch.float32):
 
 
 def test_causal_attention_counts_the_kept_scores():
-    from offload_compiler.costs import attention_direction, node_flops
+    from offload_compiler.planning.costs import node_flops
+    from passes.nodes import attention_direction
 
     (full, full_bw), (causal, causal_bw) = _attention_nodes(False), _attention_nodes(True)
     assert (attention_direction(full), attention_direction(full_bw)) == ("forward", "backward")
@@ -77,7 +78,7 @@ def test_causal_attention_counts_the_kept_scores():
 def test_attention_is_costed_at_its_calibrated_rate_per_direction():
     import dataclasses
 
-    from offload_compiler.costs import node_flops
+    from offload_compiler.planning.costs import node_flops
 
     fw, bw = _attention_nodes(True, torch.bfloat16)
     hw = dataclasses.replace(CPU_PROFILE, matmul_tflops=1e4, attention_tflops=1e-3,
@@ -129,7 +130,7 @@ def _gelu_joint(x, w, tangents_1):
 
 
 def test_fused_backward_reads_finds_values_pointwise_backward_ops_read():
-    from offload_compiler.costs import fused_backward_reads
+    from offload_compiler.planning.costs import fused_backward_reads
 
     gm = make_fx(_gelu_joint, tracing_mode="fake")(*[torch.randn(N, N) for _ in range(3)])
     found = {n.name for n in fused_backward_reads(gm.graph)}
@@ -140,7 +141,7 @@ def test_fused_backward_reads_finds_values_pointwise_backward_ops_read():
 def test_recomputation_fused_into_a_backward_reader_pays_only_its_write():
     """Recomputing the GELU output from the matmul result that the GELU backward
     reads anyway costs the write of the output, not a second read of its input."""
-    from offload_compiler.costs import fused_backward_reads
+    from offload_compiler.planning.costs import fused_backward_reads
 
     gm = make_fx(_gelu_joint, tracing_mode="fake")(*[torch.randn(N, N) for _ in range(3)])
     nodes = {n.name: n for n in gm.graph.nodes}
@@ -156,8 +157,8 @@ def test_one_extern_kernel_definition_for_passes_and_cost_model():
     from torch._prims import rng_prims
     from torch.fx.experimental.proxy_tensor import make_fx
 
-    from offload_compiler import costs
-    from passes import kernels, placement
+    from offload_compiler.planning import costs
+    from passes import nodes as kernels, placement
 
     assert costs.is_extern is kernels.is_extern is placement.is_extern
 

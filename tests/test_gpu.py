@@ -9,7 +9,7 @@ import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from offload_compiler.runtime import host_pool, streams
-from gpt import GPT, make_batch, preset
+from offload_compiler.models.gpt import GPT, make_batch, preset
 from helpers import assert_bitwise, assert_close, backend
 
 pytestmark = pytest.mark.gpu
@@ -308,7 +308,7 @@ def test_tensors_on_second_gpu_while_current_device_is_zero():
 def test_calibration_measures_real_kernels_even_under_fake_mode():
     from torch._subclasses.fake_tensor import FakeTensorMode
 
-    from offload_compiler.hardware import _plausible, calibrate
+    from offload_compiler.planning.hardware import _plausible, calibrate
 
     # As inside the partitioner; in a math-only attention context, as the bitwise
     # tests compile: the cached profile must still time the fused attention kernels.
@@ -331,7 +331,7 @@ def test_cost_model_parity_and_memory_at_budgets():
 
 
 def test_profiling_mode_times_extern_kernels_and_keeps_gradients():
-    from offload_compiler import costs
+    from offload_compiler.planning import costs
 
     costs._timed.clear()
     model = _model()

@@ -189,7 +189,7 @@ def test_transfers_split_no_fusion():
     offloaded tensor made Inductor write out its pending fused readers; anchors on
     pointwise results and copies or waits placed between fused kernels each split
     fusions: 20 forward kernels instead of 8, 30 backward instead of 12.)"""
-    from gpt import GPT, make_batch, preset
+    from offload_compiler.models.gpt import GPT, make_batch, preset
 
     cfg = preset("tiny")
     idx, tgt = make_batch(cfg)
@@ -256,7 +256,7 @@ def test_reloads_are_not_marked_unaligned():
     """Inductor marks a fallback kernel's result unaligned when an input is (a host
     tensor always is), and kernels reading a marked buffer lose their alignment hints.
     ``h2d`` returns a fresh allocation: its result is not marked."""
-    from gpt import GPT, make_batch, preset
+    from offload_compiler.models.gpt import GPT, make_batch, preset
 
     cfg = preset("tiny")
     idx, tgt = make_batch(cfg)

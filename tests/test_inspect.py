@@ -10,7 +10,7 @@ from unittest import mock
 import torch
 
 import offload_compiler
-from gpt import GPT, make_batch, preset
+from offload_compiler.models.gpt import GPT, make_batch, preset
 from helpers import backend, loopback
 from models import NormGeluMLP
 

@@ -3,7 +3,7 @@
 import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 
-from offload_compiler.liveness import Liveness, step_transients, workspace_bytes
+from offload_compiler.planning.liveness import Liveness, step_transients, workspace_bytes
 
 
 def _graph(fn, *shapes):

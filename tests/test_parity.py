@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from gpt import GPT, make_batch, preset
+from offload_compiler.models.gpt import GPT, make_batch, preset
 from helpers import loopback, assert_bitwise, assert_close, backend, train
 from models import Attention, Dropout, Embed, NormGeluMLP, Transposed
 

@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch.utils.checkpoint import CheckpointPolicy, checkpoint, create_selective_checkpoint_contexts
 
-from gpt import GPT, make_batch, preset
+from offload_compiler.models.gpt import GPT, make_batch, preset
 from helpers import assert_bitwise, assert_close, backend, counts, loopback, train
 from models import Dropout
 
@@ -91,18 +91,18 @@ def test_byte_budget_and_auto():
 def test_auto_searches_realised_partitions_within_its_overhead(monkeypatch):
     """The probes on realised partitions keep the step within ``max_overhead`` and find
     no higher peak than the solver's own choice, realised (no probes)."""
-    from offload_compiler import partitioner
+    from offload_compiler.planning import search as partitioner
 
     model, inputs = _gpt()
     probes = []
-    realise = partitioner.OffloadPartitioner._realise
+    realise = partitioner._realise
 
-    def counted(self, *args):
-        out = realise(self, *args)
+    def counted(*args):
+        out = realise(*args)
         probes.append((args[-1], out.final.peak_bytes, out.final.step_ms))
         return out
 
-    monkeypatch.setattr(partitioner.OffloadPartitioner, "_realise", counted)
+    monkeypatch.setattr(partitioner, "_realise", counted)
     searched = _plan(model, inputs, max_overhead=0.05).predicted
     assert len(probes) == 1 + partitioner.AUTO_REALISED_STEPS
     assert probes[0][0] is None and all(b is not None for b, _, _ in probes[1:])
@@ -219,7 +219,7 @@ def test_reloads_are_anchored_where_planned_not_hoisted_to_the_top(budget):
     first use comes before any computed tensor may go there. (Regression: a planned
     issue point right after the previous reload's wait left the reload unanchored.)"""
     from offload_compiler.runtime import ops
-    from passes.placement import is_tensor_op
+    from passes.nodes import is_tensor_op
 
     model, inputs = _gpt()
     plan = _plan(model, inputs, memory_budget=budget)
@@ -235,16 +235,16 @@ def test_reloads_are_anchored_where_planned_not_hoisted_to_the_top(budget):
 def test_q_k_v_share_their_projection_when_recomputed(monkeypatch):
     """q, k and v are views of one projection: recomputing all three runs its matmul
     once, so the simulator charges that matmul to the first of them only."""
-    from offload_compiler import planner
+    from offload_compiler.planning import search
 
     seen = []
-    solve_facts = planner.solve_facts
+    solve = search._solve
 
     def spy(facts, *args):
         seen.append(facts)
-        return solve_facts(facts, *args)
+        return solve(facts, *args)
 
-    monkeypatch.setattr(planner, "solve_facts", spy)
+    monkeypatch.setattr(search, "_solve", spy)
     model, inputs = _gpt()
     _plan(model, inputs, memory_budget=0.5)
     facts = seen[0]
@@ -286,8 +286,8 @@ def test_plan_offline_plans_without_running_the_model(tmp_path):
 
 
 def test_copies_slow_memory_bound_ops_not_matmuls(monkeypatch):
-    from offload_compiler import planner
-    from offload_compiler.costs import is_extern
+    from offload_compiler.planning import search as planner
+    from passes.nodes import is_extern
 
     seen = []
     gather = planner.gather

@@ -4,9 +4,10 @@ import dataclasses
 
 import pytest
 
-from offload_compiler.simulator import (KEEP, OFFLOAD, RECOMPUTE, Lanes, SimTensor, Transient,
-                                        held_for_reuse, simulate)
-from offload_compiler.solver import Option, solve
+from offload_compiler.decision import KEEP, OFFLOAD, RECOMPUTE
+from offload_compiler.planning.simulator import Lanes, SimTensor, simulate
+from offload_compiler.planning.step_peak import Transient, held_for_reuse
+from offload_compiler.planning.solver import Option, solve
 
 MB = 10**6
 LANES = Lanes(d2h_gbps=1.0, h2d_gbps=1.0)  # 1 MB copies in 1 ms
@@ -58,8 +59,8 @@ def test_counted_once_forward_is_done_with_it():
 
 
 def test_copy_margin_slows_planned_copies():
-    from offload_compiler.planner import lanes_of
-    from offload_compiler.hardware import CPU_PROFILE
+    from offload_compiler.planning.facts import lanes_of
+    from offload_compiler.planning.hardware import CPU_PROFILE
 
     lanes = lanes_of(CPU_PROFILE, 0.15)
     assert lanes.d2h_gbps == pytest.approx(8.5) and lanes.h2d_gbps == pytest.approx(8.5)
@@ -193,7 +194,7 @@ def test_phase_four_swaps_a_dear_recomputation_for_a_cheaper_one(monkeypatch):
     # cheapest plan within the budget, which brute force confirms.
     import itertools
 
-    from offload_compiler import solver as solver_mod
+    from offload_compiler.planning import solver as solver_mod
 
     spec = [("T0", 2, 0, 3, 0.2), ("T1", 8, 3, 2, 2.0), ("T2", 1, 2, 1, 0.1),
             ("T3", 1, 3, 1, 1.0), ("T4", 8, 3, 1, 0.5), ("T5", 1, 3, 0, 0.1)]

@@ -5,7 +5,7 @@ and live outside any compiled graph so graphs compiled separately (one per block
 share them. The two directions run on separate copy engines, so a D2H copy, an H2D
 copy and compute overlap.
 
-Ordering rules (see DESIGN.md, "Runtime"):
+Ordering rules (see docs/design.md, "Runtime rules"):
 
 - The *live* compute stream is read with ``torch.cuda.current_stream(device)`` at the
   moment a transfer is issued, before entering any stream context: inside

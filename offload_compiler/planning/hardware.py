@@ -100,6 +100,16 @@ _memo: dict[str, HardwareProfile] = {}
 PROFILE_VERSION = 4
 
 
+def causal_fraction(q_len: int, k_len: int) -> float:
+    """Fraction of the ``q_len`` x ``k_len`` scores a causal mask keeps (SDPA's
+    ``is_causal``: query ``i`` sees keys ``0..i``)."""
+    if q_len <= 0 or k_len <= 0:
+        return 1.0
+    m = min(q_len, k_len)
+    kept = m * (m + 1) // 2 + (q_len - m) * k_len
+    return kept / (q_len * k_len)
+
+
 def profile_for(device: torch.device | str, overrides: Mapping[str, Any] | None = None) -> HardwareProfile:
     """The profile of ``device``'s type and name, with ``overrides`` applied."""
     device = torch.device(device)
@@ -163,12 +173,12 @@ def calibrate(device: torch.device) -> HardwareProfile:
         profile = _measure(device)
     if not _plausible(profile):
         log.warning("offload: calibration of %s gave implausible figures (%s); using the "
-                    "H100 figures of DESIGN.md instead", profile.name, profile)
+                    "H100 figures of docs/design.md instead", profile.name, profile)
         profile = dataclasses.replace(H100_PROFILE, name=profile.name)
     return profile
 
 
-#: Fallback for a calibration that fails: H100 PCIe Gen5 figures measured for DESIGN.md
+#: Fallback for a calibration that fails: H100 PCIe Gen5 figures of docs/design.md
 #: (attention: benchmarks/RESULTS.md, session 4).
 H100_PROFILE = HardwareProfile(
     d2h_gbps=55.0, h2d_gbps=55.0, duplex_gbps=95.0, matmul_tflops=774.0,

@@ -24,29 +24,12 @@ import torch
 import torch.fx as fx
 from torch.utils.flop_counter import flop_registry, sdpa_backward_flop_count, sdpa_flop_count
 
-from passes.analyze_candidates import is_view_or_getitem, size_hint, tensor_nbytes
-from passes.kernels import CPU_ATTENTION_OPS, called_op, is_extern
+from passes.nodes import (CPU_ATTENTION_OPS, attention_direction, called_op, is_extern, is_free,
+                          is_materialized, node_values, op_argument, size_hint, tensor_bytes)
 
-from .hardware import HardwareProfile, time_ms
-from .runtime import ops
+from .hardware import HardwareProfile, causal_fraction, time_ms
 
 log = logging.getLogger(__name__)
-
-
-def _vals(x):
-    if isinstance(x, fx.Node):
-        return x.meta.get("val")
-    if isinstance(x, (list, tuple)):
-        return type(x)(_vals(v) for v in x)
-    return x
-
-
-def tensor_bytes(x) -> int:
-    if isinstance(x, torch.Tensor):
-        return tensor_nbytes(x) or 0
-    if isinstance(x, (list, tuple)):
-        return sum(tensor_bytes(v) for v in x)
-    return 0
 
 
 def _shape(x):
@@ -66,41 +49,10 @@ def _cpu_attention_backward_flops(grad_out, query, key, value, *args, **kwargs):
 _EXTRA_FLOPS = dict(zip(CPU_ATTENTION_OPS, (_cpu_attention_flops, _cpu_attention_backward_flops)))
 
 
-def causal_fraction(q_len: int, k_len: int) -> float:
-    """Fraction of the ``q_len`` x ``k_len`` scores a causal mask keeps (SDPA's
-    ``is_causal``: query ``i`` sees keys ``0..i``)."""
-    if q_len <= 0 or k_len <= 0:
-        return 1.0
-    m = min(q_len, k_len)
-    kept = m * (m + 1) // 2 + (q_len - m) * k_len
-    return kept / (q_len * k_len)
-
-
-def attention_direction(node: fx.Node) -> str | None:
-    """``"forward"`` or ``"backward"`` for a fused scaled-dot-product attention op."""
-    packet = getattr(called_op(node)[0], "overloadpacket", None)
-    name = getattr(packet, "__name__", "")
-    if not name.startswith("_scaled_dot_product_") or "attention" not in name:
-        return None
-    return "backward" if name.endswith("_backward") else "forward"
-
-
-def op_argument(node: fx.Node, name: str):
-    """The value ``node`` passes for its op's argument ``name`` (schema default if absent)."""
-    target, args, kwargs = called_op(node)
-    schema = getattr(target, "_schema", None)
-    for i, arg in enumerate(schema.arguments if schema is not None else ()):
-        if arg.name == name:
-            if i < len(args):
-                return args[i]
-            return kwargs.get(name, arg.default_value)
-    return None
-
-
 def _attention_mask_fraction(node: fx.Node) -> float:
     if attention_direction(node) is None or op_argument(node, "is_causal") is not True:
         return 1.0
-    q, k = _vals(op_argument(node, "query")), _vals(op_argument(node, "key"))
+    q, k = node_values(op_argument(node, "query")), node_values(op_argument(node, "key"))
     if not isinstance(q, torch.Tensor) or not isinstance(k, torch.Tensor):
         return 1.0
     lq, lk = size_hint(q.shape[-2]), size_hint(k.shape[-2])
@@ -116,7 +68,7 @@ def node_flops(node: fx.Node) -> int:
     if fn is None:
         return 0
     try:
-        flops = fn(*_vals(args), **_vals(kwargs), out_val=node.meta.get("val"))
+        flops = fn(*node_values(args), **node_values(kwargs), out_val=node.meta.get("val"))
     except Exception:  # a formula that does not accept these arguments
         return 0
     hint = size_hint(flops) if not isinstance(flops, int) else flops
@@ -138,28 +90,6 @@ def _dtype(node: fx.Node) -> torch.dtype:
     return val.dtype if val is not None else torch.float32
 
 
-def _free(node: fx.Node) -> bool:
-    return node.op != "call_function" or node.target in ops.TRANSFER_OPS or is_view_or_getitem(node)
-
-
-def is_materialized(node: fx.Node) -> bool:
-    """Whether Inductor likely writes ``node`` to memory: a graph input, an extern
-    kernel's result, or a value an extern kernel or the graph output reads."""
-    if node.op == "placeholder" or is_extern(node):
-        return True
-    todo, seen = list(node.users), set()
-    while todo:  # look through views and getitems
-        u = todo.pop()
-        if u in seen:
-            continue
-        seen.add(u)
-        if u.op == "output" or is_extern(u):
-            return True
-        if _free(u):
-            todo.extend(u.users)
-    return False
-
-
 def node_ms(node: fx.Node, hw: HardwareProfile) -> float:
     """Estimated run time of ``node`` in milliseconds.
 
@@ -167,12 +97,12 @@ def node_ms(node: fx.Node, hw: HardwareProfile) -> float:
     ops are assumed fused by Inductor: they cost only the bytes they read from and
     write to memory that is really materialized.
     """
-    if _free(node):
+    if is_free(node):
         return 0.0
     flops = node_flops(node)
     out = node.meta.get("val")
     if flops:
-        nbytes = tensor_bytes(_vals(node.args)) + tensor_bytes(out)
+        nbytes = tensor_bytes(node_values(node.args)) + tensor_bytes(out)
         return max(flops / _rate(node, hw), nbytes / (hw.memory_gbps * 1e9)) * 1e3 \
             + hw.launch_us / 1e3
     reads = sum(tensor_bytes(a.meta.get("val")) for a in node.all_input_nodes
@@ -183,7 +113,7 @@ def node_ms(node: fx.Node, hw: HardwareProfile) -> float:
 
 
 def _storage_owner(node: fx.Node) -> fx.Node:
-    while _free(node) and node.op == "call_function" and node.all_input_nodes:
+    while is_free(node) and node.op == "call_function" and node.all_input_nodes:
         node = node.all_input_nodes[0]
     return node
 
@@ -212,7 +142,7 @@ def chain_ms(chain: list[fx.Node], cost: "NodeCosts",
     if root in inside and not is_extern(root):
         writes.add(root)
     for n in chain:
-        if _free(n):
+        if is_free(n):
             continue
         if is_extern(n):
             total += cost(n)
@@ -249,7 +179,7 @@ def fused_backward_reads(joint: fx.Graph) -> set[fx.Node]:
             if u in seen:
                 continue
             seen.add(u)
-            if _free(u):  # a view, getitem or the output: look through views only
+            if is_free(u):  # a view, getitem or the output: look through views only
                 if u.op == "call_function":
                     todo.extend(u.users)
             elif u in backward and not is_extern(u):

@@ -27,11 +27,10 @@ from __future__ import annotations
 import torch
 import torch.fx as fx
 
-from passes.analyze_candidates import dtype_of, is_view_or_getitem, numel_hint
-from passes.kernels import is_extern
+from passes.nodes import (aliases, attention_direction, dtype_of, is_extern, is_materialized,
+                          is_view_or_getitem, numel_hint, op_argument, tensor_bytes)
 from passes.keep_matmuls_early import addmm_target
 
-from .costs import attention_direction, is_materialized, op_argument, tensor_bytes
 from .simulator import Transient
 
 
@@ -130,18 +129,8 @@ class Liveness:
         return best
 
 
-def aliases(node: fx.Node) -> list[fx.Node]:
-    """``node`` and what reads its storage: its views and ``getitem``s, recursively."""
-    out, todo = [], [node]
-    while todo:
-        n = todo.pop()
-        out.append(n)
-        todo.extend(u for u in n.users if is_view_or_getitem(u) and u.args and u.args[0] is n)
-    return out
-
-
 def step_transients(fw: Liveness, bw: Liveness, num_fwd_outputs: int) -> list[Transient]:
-    """A :class:`~offload_compiler.simulator.Transient` for every tensor Inductor likely
+    """A :class:`~offload_compiler.planning.step_peak.Transient` for every tensor Inductor likely
     writes to memory in the forward (``fw``) and backward (``bw``, positions after
     forward's) graphs, for the simulator's step peak:
 

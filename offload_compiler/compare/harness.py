@@ -1,4 +1,6 @@
-"""Compare the offload backend with the strategies a user would otherwise use, on their model.
+"""The comparison harness: every strategy on one model, side by side.
+
+Compare the offload backend with the strategies a user would otherwise use, on their model.
 
     python -m offload_compiler compare --preset tiny --device cpu --steps 3 --out out/
     python -m offload_compiler compare --model mypkg.models:make --device cuda --budgets 0.5,0.2
@@ -21,278 +23,17 @@ norm, which every strategy must agree on (a disagreement is flagged).
 from __future__ import annotations
 
 import argparse
-import functools
-import importlib
 import json
 import math
 import os
-import statistics
 import subprocess
 import sys
-import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-STRATEGY_HELP = "eager, inductor, full_ac, sac, budget:B, torch_offload, offload:auto, offload:B"
-DTYPES = ("float32", "bfloat16", "float16")
+from .run import DTYPES, STRATEGY_HELP, Row
 
-
-@dataclass
-class Row:
-    strategy: str
-    status: str = "ok"
-    step_ms: float | None = None
-    peak_gib: float | None = None
-    activation_gib: float | None = None
-    tokens_per_s: float | None = None
-    compile_s: float | None = None
-    loss: float | None = None
-    grad_norm: float | None = None
-    agrees: str = ""
-    note: str = ""
-    extra: dict[str, Any] = field(default_factory=dict)
-
-
-# ---------------------------------------------------------------------------------
-# model loading
-# ---------------------------------------------------------------------------------
-def load_model(spec: dict[str, Any]):
-    """(model, batch, tokens_per_batch) from a preset of the example GPT or a factory."""
-    import torch
-
-    if spec.get("model"):
-        module_name, _, attr = spec["model"].partition(":")
-        if not attr:
-            raise ValueError(f"--model {spec['model']!r}: give module:factory")
-        factory = getattr(importlib.import_module(module_name), attr)
-        model, batch = factory()
-        batch = tuple(batch) if isinstance(batch, (tuple, list)) else (batch,)
-        first = next((b for b in batch if isinstance(b, torch.Tensor)), None)
-        tokens = first.numel() if first is not None and not first.is_floating_point() else (
-            first.shape[0] if first is not None else 1)
-        return model, batch, tokens
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
-    from gpt import GPT, make_batch, preset
-
-    cfg = preset(spec["preset"])
-    torch.manual_seed(0)
-    model = GPT(cfg)
-    idx, tgt = make_batch(cfg)
-    return model, (idx, tgt), idx.numel()
-
-
-def find_blocks(model, path: str | None):
-    """The repeated blocks: ``path`` (dotted attribute of a ModuleList), or the largest
-    ModuleList in the model."""
-    import torch.nn as nn
-
-    if path:
-        obj = model
-        for part in path.split("."):
-            obj = getattr(obj, part)
-        return obj
-    lists = [m for m in model.modules() if isinstance(m, nn.ModuleList) and len(m) > 0]
-    if not lists:
-        raise ValueError("no nn.ModuleList of blocks found; name one with --blocks")
-    return max(lists, key=len)
-
-
-def _sac_policy(tag_saved=None):
-    import torch
-    from torch.utils.checkpoint import CheckpointPolicy
-
-    tag_saved = tag_saved or CheckpointPolicy.MUST_SAVE
-
-    aten = torch.ops.aten
-    save = {aten.mm.default, aten.addmm.default, aten.bmm.default}
-    for name in ("_scaled_dot_product_flash_attention", "_scaled_dot_product_efficient_attention",
-                 "_scaled_dot_product_cudnn_attention", "_scaled_dot_product_flash_attention_for_cpu"):
-        if hasattr(aten, name):
-            save.add(getattr(aten, name).default)
-
-    def policy(ctx, op, *args, **kwargs):
-        return tag_saved if op in save else CheckpointPolicy.PREFER_RECOMPUTE
-
-    return policy
-
-
-def wrap_blocks(blocks, mode: str) -> None:
-    """Put every block's forward under checkpointing: ``full``, ``sac``, or ``offload``
-    (SAC whose saved matmul and attention outputs are tagged ``MUST_CPU_OFFLOAD``, which
-    PyTorch's own activation offloading acts on)."""
-    from torch.utils.checkpoint import CheckpointPolicy, create_selective_checkpoint_contexts
-
-    for block in blocks:
-        inner = block.forward
-        if mode == "full":
-            block.forward = functools.partial(_ckpt, inner, None)
-        else:
-            tag = CheckpointPolicy.MUST_CPU_OFFLOAD if mode == "offload" else CheckpointPolicy.MUST_SAVE
-            ctx = functools.partial(create_selective_checkpoint_contexts, _sac_policy(tag))
-            block.forward = functools.partial(_ckpt, inner, ctx)
-
-
-def _ckpt(fn, context_fn, *args, **kwargs):
-    from torch.utils.checkpoint import checkpoint
-
-    if context_fn is None:
-        return checkpoint(fn, *args, use_reentrant=False, **kwargs)
-    return checkpoint(fn, *args, use_reentrant=False, context_fn=context_fn, **kwargs)
-
-
-# ---------------------------------------------------------------------------------
-# one strategy, in its own process
-# ---------------------------------------------------------------------------------
-def setup_strategy(spec: dict[str, Any], row: Row):
-    """The model of ``spec`` on its device and dtype, compiled with ``spec``'s strategy:
-    ``(model, compiled, batch, tokens, patches)``; ``compiled`` is ``None`` when the
-    strategy is unsupported (``row`` says why). Run it under ``patched(patches)``."""
-    import torch
-
-    device = torch.device(spec["device"])
-    model, batch, tokens = load_model(spec)
-    model = model.to(device=device, dtype=getattr(torch, spec["dtype"]))
-    batch = tuple(b.to(device) if isinstance(b, torch.Tensor) else b for b in batch)
-    compiled, patches = _prepare(spec["strategy"], model, spec, row)
-    return model, compiled, batch, tokens, patches
-
-
-def run_strategy(spec: dict[str, Any]) -> Row:
-    import torch
-
-    row = Row(strategy=spec["strategy"])
-    device = torch.device(spec["device"])
-    model, compiled, batch, tokens, patches = setup_strategy(spec, row)
-    if compiled is None:
-        return row
-
-    after_forward: list[int] = []
-
-    def step(record: bool = False):
-        out = compiled(*batch)
-        if record and device.type == "cuda":
-            after_forward.append(torch.cuda.memory_allocated(device))
-        loss = out if out.dim() == 0 else out.float().mean()
-        loss.backward()
-        return loss
-
-    def sync():
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-
-    with patched(patches):
-        t0 = time.perf_counter()
-        loss = step()
-        sync()
-        row.compile_s = time.perf_counter() - t0
-        row.loss = float(loss)
-        grads = [p.grad.float().norm() for p in model.parameters() if p.grad is not None]
-        row.grad_norm = float(torch.stack(grads).norm()) if grads else 0.0
-        model.zero_grad(set_to_none=True)
-        for _ in range(spec["warmup"]):
-            step()
-            model.zero_grad(set_to_none=True)
-        times, act, peaks, held = [], [], [], []
-        for _ in range(spec["steps"]):
-            sync()
-            if device.type == "cuda":
-                torch.cuda.reset_peak_memory_stats(device)
-                before = torch.cuda.memory_allocated(device)
-            t0 = time.perf_counter()
-            step(record=True)
-            sync()
-            times.append((time.perf_counter() - t0) * 1e3)
-            if device.type == "cuda":
-                peaks.append(torch.cuda.max_memory_allocated(device))
-                act.append(peaks[-1] - before)
-                held.append(after_forward[-1] - before)
-            model.zero_grad(set_to_none=True)
-    row.step_ms = statistics.median(times)
-    row.tokens_per_s = tokens / (row.step_ms / 1e3)
-    if peaks:
-        row.peak_gib = max(peaks) / 2**30
-        row.activation_gib = max(act) / 2**30
-        row.extra["held_after_forward_gib"] = max(held) / 2**30
-    backend = getattr(compiled, "_offload_backend", None)
-    if backend is not None and backend.plans:
-        p = backend.plans[0].predicted
-        if p:
-            row.extra["predicted_step_ms"] = sum(b.predicted.get("step_ms", 0) for b in backend.plans)
-            row.extra["predicted_baseline_step_ms"] = sum(
-                b.predicted.get("baseline_step_ms", 0) for b in backend.plans)
-            row.extra["predicted_activation_gib"] = sum(
-                b.predicted.get("activation_peak_bytes", 0) for b in backend.plans) / 2**30
-            row.extra["predicted_baseline_activation_gib"] = sum(
-                b.predicted.get("baseline_activation_peak_bytes", 0) for b in backend.plans) / 2**30
-            row.extra["predicted_step_peak_gib"] = sum(
-                b.predicted.get("step_peak_bytes", 0) for b in backend.plans) / 2**30
-            row.extra["hardware"] = backend.plans[0].hardware
-        row.extra["offloaded_gib"] = sum(b.offloaded_bytes for b in backend.plans) / 2**30
-        row.extra["recomputed"] = sum(len(b.recomputed) for b in backend.plans)
-    return row
-
-
-def _prepare(name: str, model, spec: dict[str, Any], row: Row):
-    import torch
-
-    patches: dict[str, Any] = {}
-    if name == "eager":
-        return model, patches
-    if name == "inductor":
-        return torch.compile(model), patches
-    if name in ("full_ac", "sac"):
-        wrap_blocks(find_blocks(model, spec.get("blocks")), "full" if name == "full_ac" else "sac")
-        return torch.compile(model), patches
-    if name.startswith("budget:"):
-        patches["activation_memory_budget"] = float(name.split(":", 1)[1])
-        return torch.compile(model), patches
-    if name == "torch_offload":
-        import torch._functorch.config as fconfig
-
-        if not hasattr(fconfig, "enable_activation_offloading"):
-            row.status = "unsupported"
-            row.note = f"torch {torch.__version__} has no activation offloading"
-            return None, patches
-        patches["enable_activation_offloading"] = True
-        row.note = "SAC with matmul and attention outputs tagged MUST_CPU_OFFLOAD"
-        wrap_blocks(find_blocks(model, spec.get("blocks")), "offload")
-        return torch.compile(model), patches
-    if name.startswith("offload:"):
-        import offload_compiler
-
-        budget = name.split(":", 1)[1]
-        options = {**spec.get("offload_options", {}),
-                   "memory_budget": "auto" if budget == "auto" else float(budget),
-                   "devices": (spec["device"].split(":")[0],)}
-        if spec["device"].startswith("cpu"):
-            options["min_offload_bytes"] = 0
-        backend = offload_compiler.make_backend(options)
-        compiled = torch.compile(model, backend=backend)
-        compiled._offload_backend = backend
-        return compiled, patches
-    raise ValueError(f"unknown strategy {name!r}; valid strategies: {STRATEGY_HELP}")
-
-
-class patched:
-    def __init__(self, patches: dict[str, Any]) -> None:
-        self.patches = patches
-
-    def __enter__(self):
-        import torch._functorch.config as fconfig
-
-        self.ctx = fconfig.patch(self.patches) if self.patches else None
-        if self.ctx:
-            self.ctx.__enter__()
-
-    def __exit__(self, *exc):
-        if self.ctx:
-            self.ctx.__exit__(*exc)
-
-
-# ---------------------------------------------------------------------------------
-# driver
-# ---------------------------------------------------------------------------------
 def strategies_for(requested: list[str] | None, budgets: list[float]) -> list[str]:
     if requested:
         for s in requested:
@@ -316,7 +57,7 @@ def compare(*, preset: str | None = "tiny", model: str | None = None, device: st
 
     ``offload_options`` are extra ``OffloadConfig`` options for the ``offload:*``
     strategies (``memory_budget`` and ``devices`` come from the strategy name)."""
-    from .config import OffloadConfig
+    from ..config import OffloadConfig
 
     offload_options = dict(offload_options or {})
     fixed = sorted({"memory_budget", "devices"} & set(offload_options))
@@ -342,7 +83,7 @@ def compare(*, preset: str | None = "tiny", model: str | None = None, device: st
 def _run_in_subprocess(spec: dict[str, Any], timeout_s: float, out: Path | None = None) -> Row:
     cmd = [sys.executable, "-m", "offload_compiler.compare", "--worker", json.dumps(spec)]
     env = dict(os.environ)
-    root = str(Path(__file__).resolve().parents[1])
+    root = str(Path(__file__).resolve().parents[2])
     env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, env=env)
@@ -480,14 +221,3 @@ def main_compare(args: argparse.Namespace) -> int:
                    offload_options=args.offload_options)
     print(table(rows))
     return 0 if any(r.status == "ok" for r in rows) else 1
-
-
-if __name__ == "__main__":
-    if len(sys.argv) == 3 and sys.argv[1] == "--worker":
-        spec = json.loads(sys.argv[2])
-        result = run_strategy(spec)
-        print(json.dumps(asdict(result)))
-    else:
-        parser = argparse.ArgumentParser(prog="python -m offload_compiler.compare")
-        add_arguments(parser)
-        sys.exit(main_compare(parser.parse_args()))

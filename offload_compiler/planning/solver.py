@@ -26,8 +26,10 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from typing import Callable
 
-from .simulator import KEEP, OFFLOAD, RECOMPUTE, Lanes, SimResult, SimTensor, copy_ms, simulate
+from ..decision import KEEP, OFFLOAD, RECOMPUTE, Decision
+from .simulator import Lanes, SimResult, SimTensor, copy_ms, simulate
 
 
 @dataclass(frozen=True)
@@ -36,7 +38,7 @@ class Option:
 
     can_offload: bool
     can_recompute: bool
-    forced: str | None = None
+    forced: Decision | None = None
     """A decision the user's tag imposes (``MUST_*``)."""
     why_not_offload: str = ""
     why_not_recompute: str = ""
@@ -44,7 +46,7 @@ class Option:
 
 @dataclass
 class Solution:
-    decisions: dict[str, str]
+    decisions: dict[str, Decision]
     reasons: dict[str, str]
     result: SimResult
     baseline: SimResult
@@ -88,21 +90,40 @@ def solve(
         # budget's solver, which may move others instead, can reach a lower peak within
         # the same overhead. Bisect on the budget and keep the lowest peak found.
         limit_ms = best.baseline.step_ms * (1 + max_overhead)
-        lo, hi = 0, best.result.peak_bytes
-        for _ in range(AUTO_SEARCH_STEPS):
-            if hi - lo <= max(1, hi // 200):
-                break
-            mid = (lo + hi) // 2
-            trial = _greedy(problem, mid)
-            if trial.met and trial.result.step_ms <= limit_ms:
-                hi = mid
-                if (trial.result.peak_bytes, trial.result.step_ms) < (best.result.peak_bytes, best.result.step_ms):
-                    best = trial
-            else:
-                lo = mid
+
+        def fits(budget: int) -> int | None:
+            nonlocal best
+            trial = _greedy(problem, budget)
+            if not (trial.met and trial.result.step_ms <= limit_ms):
+                return None
+            if (trial.result.peak_bytes, trial.result.step_ms) < (best.result.peak_bytes, best.result.step_ms):
+                best = trial
+            return budget
+
+        bisect_budgets(0, best.result.peak_bytes, AUTO_SEARCH_STEPS, fits,
+                       resolution=lambda hi: max(1, hi // 200))
     reasons = {x.name: _reason(x, best.decisions[x.name], options[x.name], best.result, lanes, False)
                for x in tensors}
     return dataclasses.replace(best, reasons=reasons, budget_bytes=None, met=True, note="")
+
+
+def bisect_budgets(lo: int, hi: int, steps: int, fits: Callable[[int], int | None], *,
+                   resolution: Callable[[int], int] | None = None) -> None:
+    """Bisect over budgets in bytes between ``lo`` (missed) and ``hi`` (met), the one
+    search ``"auto"`` makes, in the solver's model (:func:`solve`) and on realised
+    partitions (``search``). ``fits(budget)`` tries a budget and returns the new upper
+    bound when it meets the overhead (the budget, or the peak it reached if lower),
+    ``None`` when it does not; the caller keeps the best it saw. At most ``steps``
+    tries; with ``resolution``, stops once ``hi - lo <= resolution(hi)``."""
+    for _ in range(steps):
+        if resolution is not None and hi - lo <= resolution(hi):
+            break
+        mid = (lo + hi) // 2
+        upper = fits(mid)
+        if upper is None:
+            lo = mid
+        else:
+            hi = upper
 
 
 @dataclass
@@ -137,12 +158,12 @@ def _greedy(problem: _Problem, budget_bytes: int | None) -> Solution:
         return x.recompute_ms - x.shared_ms * (1 - 1 / group_size[x.group])
     decisions = {x.name: options[x.name].forced or KEEP for x in tensors}
 
-    def run(dec: dict[str, str]) -> SimResult:
+    def run(dec: dict[str, Decision]) -> SimResult:
         return simulate(problem.fw_ms, problem.bw_ms,
                         [dataclasses.replace(x, decision=dec[x.name]) for x in tensors], lanes,
                         bw_out_bytes=problem.bw_out_bytes, slowed=problem.slowed)
 
-    def over_host_cap(dec: dict[str, str]) -> bool:
+    def over_host_cap(dec: dict[str, Decision]) -> bool:
         return host_cap_bytes is not None and \
             sum(by_name[n].nbytes for n, d in dec.items() if d == OFFLOAD) > host_cap_bytes
 
@@ -156,7 +177,7 @@ def _greedy(problem: _Problem, budget_bytes: int | None) -> Solution:
     def free(x: SimTensor) -> bool:
         return decisions[x.name] == KEEP and options[x.name].forced is None
 
-    def try_change(x: SimTensor, choice: str, max_step: float) -> bool:
+    def try_change(x: SimTensor, choice: Decision, max_step: float) -> bool:
         nonlocal current
         trial = {**decisions, x.name: choice}
         if choice == OFFLOAD and over_host_cap(trial):
@@ -193,7 +214,7 @@ def _greedy(problem: _Problem, budget_bytes: int | None) -> Solution:
     def round_trip_ms(x: SimTensor) -> float:
         return copy_ms(x.nbytes, lanes.d2h_gbps) + copy_ms(x.nbytes, lanes.h2d_gbps)
 
-    def priced_choices(x: SimTensor) -> list[tuple[float, str]]:
+    def priced_choices(x: SimTensor) -> list[tuple[float, Decision]]:
         """What may be done with ``x``, cheapest first, with its cost in ms."""
         found = []
         if options[x.name].can_offload:
@@ -279,7 +300,7 @@ def _ms(x: float) -> str:
     return f"{x:.2f} ms" if x >= 0.1 else f"{x * 1e3:.1f} us"
 
 
-def _reason(x: SimTensor, choice: str, opt: Option, result: SimResult, lanes: Lanes, met: bool) -> str:
+def _reason(x: SimTensor, choice: Decision, opt: Option, result: SimResult, lanes: Lanes, met: bool) -> str:
     copy = copy_ms(x.nbytes, lanes.d2h_gbps)
     rc = _ms(x.recompute_ms) if opt.can_recompute else f"not possible ({opt.why_not_recompute})"
     if opt.can_recompute and x.group and x.shared_ms > 0:

@@ -26,9 +26,9 @@ from typing import Any
 
 import torch.fx as fx
 
-from . import report
-from .inspect import graph_text
-from .plan import GraphPlan
+from . import tables, timeline
+from .graph_text import graph_text
+from .records import GraphPlan
 
 ENV = "OFFLOAD_COMPILER_DUMP_DIR"
 HEADER = ("# Dumped by offload_compiler. Runnable: build the module with the inputs its\n"
@@ -86,13 +86,13 @@ class Dumper:
     def plan(self, plan: GraphPlan, config: Any) -> None:
         if not self.enabled:
             return
-        data = report.plan_dict(plan, config)
-        self._write("plan.json", report.to_json(data))
-        self._write("plan.txt", report.decision_table(plan) + "\n")
-        self._write("summary.txt", report.summary_text(plan) + "\n")
-        self._write("config.json", report.to_json(data["config"]))
-        self._write("timeline.json", json.dumps(report.chrome_trace(plan)))
-        self._write("memory.svg", report.memory_svg(plan))
+        data = tables.plan_dict(plan, config)
+        self._write("plan.json", tables.to_json(data))
+        self._write("plan.txt", tables.decision_table(plan) + "\n")
+        self._write("summary.txt", tables.summary_text(plan) + "\n")
+        self._write("config.json", tables.to_json(data["config"]))
+        self._write("timeline.json", json.dumps(timeline.chrome_trace(plan)))
+        self._write("memory.svg", timeline.memory_svg(plan))
 
     def _write(self, name: str, text: str) -> None:
         assert self.folder is not None

@@ -13,9 +13,9 @@ from typing import Any
 
 import torch
 
-from . import report as fmt
-from .backend import make_backend
-from .plan import GraphPlan
+from ..backend import make_backend
+from . import tables as fmt
+from .records import GraphPlan, Predictions
 
 
 @dataclass
@@ -42,10 +42,7 @@ class Report:
     @property
     def predicted(self) -> dict[str, float]:
         """Predictions summed over graphs (each graph's are in ``graphs[i].predicted``)."""
-        keys = ("activation_peak_bytes", "baseline_activation_peak_bytes", "peak_bytes",
-                "step_peak_bytes", "baseline_step_peak_bytes", "step_ms", "baseline_step_ms",
-                "stall_ms")
-        return {k: sum(g.predicted.get(k, 0) for g in self.graphs) for k in keys}
+        return Predictions.summed([g.predicted for g in self.graphs if g.predicted])
 
     def __str__(self) -> str:
         if not self.graphs:
@@ -57,7 +54,7 @@ class Report:
 
 
 def report_of(plans: list[GraphPlan]) -> Report:
-    return Report([GraphReport(p.graph_id, fmt.decision_dicts(p), dict(p.predicted),
+    return Report([GraphReport(p.graph_id, fmt.decision_dicts(p), p.predicted.as_dict() if p.predicted else {},
                                fmt.summary_text(p), fmt.decision_table(p), p.note) for p in plans])
 
 

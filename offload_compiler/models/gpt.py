@@ -43,7 +43,7 @@ PRESETS = {
     "tiny": GPTConfig(vocab_size=512, seq_len=64, n_layers=2, d_model=64, n_heads=4, batch_size=4),
     # Copies take milliseconds; fits an H100 with room to spare.
     "medium": GPTConfig(vocab_size=8192, seq_len=2048, n_layers=8, d_model=1024, n_heads=16, batch_size=4),
-    # The DESIGN.md reference size: 8 layers, width 2048, sequence 4096, batch 4.
+    # The reference size of docs/design.md: 8 layers, width 2048, sequence 4096, batch 4.
     "h100": GPTConfig(vocab_size=32768, seq_len=4096, n_layers=8, d_model=2048, n_heads=16, batch_size=4),
 }
 

@@ -28,37 +28,16 @@ use. That is the *activation peak*, the bytes held for backward. With
 gradient of a large activation is as large as it, and a recomputation that only
 moves the activation into the time of that op does not lower the peak.
 
-The *step peak* adds what the activation peak leaves out: every other tensor the step
-writes to memory (``transients``: forward intermediates until their last forward use,
-outputs, backward intermediates and the parameter gradients), each held from the
-start of the op that writes it to the end of the op that last reads it. That is the
-peak a caller measures as ``torch.cuda.max_memory_allocated`` less what was held
-before the step. Frees at one instant count before allocations, as Inductor frees a
-kernel's dead inputs before the next kernel's outputs are allocated.
-
-Inductor does not free every dead buffer (``codegen/wrapper.py``, ``MemoryPlanningState``):
-it keeps it in a pool, keyed by dtype and size, and a later buffer of the same key that
-Inductor allocates takes the most recently pooled one, which is held until then. It
-does so only where holding it does not raise its own estimate of the graph's peak
-(``AllocateLine.should_reuse_buffer``: the buffer's size plus the estimate's largest
-value between the two points at most the graph's estimated peak); otherwise the dead
-buffer is freed where it died. The step peak replays that pool over each graph
-(forward, backward) with the simulator's memory per op as the estimate, plus what
-Inductor's estimate counts that the GPU does not hold: it sizes graph inputs and
-outputs on any device, so the host copies of offloaded tensors count from their copy
-to the end of forward and from the start of backward to their reload, and backward's
-estimated peak is often at its start. (:class:`Transient` carries the key and whether
-a buffer enters or leaves the pool.)
+The *step peak* adds every other tensor the step writes: see :mod:`.step_peak`.
 """
 
 from __future__ import annotations
 
 import bisect
 from dataclasses import dataclass, field
-from typing import Literal, NamedTuple
 
-KEEP, OFFLOAD, RECOMPUTE = "keep", "offload", "recompute"
-Choice = Literal["keep", "offload", "recompute"]
+from ..decision import KEEP, OFFLOAD, RECOMPUTE, Decision
+from .step_peak import Transient, step_peak_of
 
 
 @dataclass(frozen=True)
@@ -73,7 +52,7 @@ class SimTensor:
     """Index of the first backward op that reads it."""
     last_bw_use: int
     """Index of the last backward op that reads it."""
-    decision: Choice = KEEP
+    decision: Decision = KEEP
     recompute_ms: float = 0.0
     release_after: int | None = None
     """Forward op after which it is released (offload only)."""
@@ -85,25 +64,6 @@ class SimTensor:
     recomputed in backward."""
     shared_ms: float = 0.0
     """The part of ``recompute_ms`` that the group shares."""
-
-
-class Transient(NamedTuple):
-    """A tensor the step writes besides the activations: held from the start of op
-    ``first`` to the end of op ``last`` (ops numbered over forward then backward)."""
-
-    nbytes: int
-    first: int
-    last: int
-    key: str = ""
-    """Inductor's reuse key (dtype and size); empty: never pooled, never takes a
-    pooled buffer."""
-    allocates: bool = False
-    """Inductor allocates it at ``first``: it may take a pooled dead buffer of its key
-    (not where it is written over an input in place, or where a kernel allocates its
-    own output)."""
-    pooled: bool = False
-    """Inductor frees it after ``last`` into the pool (not a graph output, not an
-    input written over in place)."""
 
 
 @dataclass(frozen=True)
@@ -307,95 +267,13 @@ def simulate(fw_ms: list[float], bw_ms: list[float], tensors: list[SimTensor], l
         for x in offloaded:
             for op in (*range(x.produced, n_fw), *range(n_fw, n_fw + reload_before[x.name] + 1)):
                 host[op] += x.nbytes
-        step_peak, step_peak_t = _step_peak(mem_deltas, transients, op_span, n_fw, host)
+        step_peak, step_peak_t = step_peak_of(mem_deltas, transients, op_span, n_fw, host)
     return SimResult(
         step_ms=t, fw_ms=fw_end, bw_ms=t - fw_end, stall_ms=stall, peak_bytes=peak,
         peak_time_ms=peak_t, end_of_forward_bytes=end_fw, release_after=release_after,
         reload_before=reload_before, copy_ms=copy_time, hidden_ms=hidden, events=events,
         memory=curve, step_peak_bytes=step_peak, step_peak_time_ms=step_peak_t,
     )
-
-
-def _step_peak(mem_deltas, transients, op_span, n_fw, host) -> tuple[int, float]:
-    """Peak and its time of the activation deltas (without the backward outputs while
-    their op runs: ``transients`` hold those longer) plus ``transients``, each held
-    until the buffer that reuses it is allocated (:func:`held_for_reuse`; ``host``:
-    host bytes per op that Inductor's estimate counts besides)."""
-    last = len(op_span) - 1
-    spans = [Transient(*t) for t in transients if t[0] > 0 and 0 <= t[1] <= last]
-    spans = [t._replace(last=min(max(t.last, t.first), last)) for t in spans]
-    deltas = sorted((time_ms, delta) for time_ms, _, delta in mem_deltas)
-    per_op = _held_per_op(deltas, op_span)
-    extended = held_for_reuse(spans, [a + b for a, b in zip(per_op, host)], n_fw)
-    for t, until in zip(spans, extended):
-        deltas.append((op_span[t.first][0], t.nbytes))
-        deltas.append((op_span[until][1], -t.nbytes))
-    deltas.sort()  # at one instant, frees (negative) first
-    held, peak, peak_t = 0, 0, 0.0
-    for time_ms, delta in deltas:
-        held += delta
-        if held > peak:
-            peak, peak_t = held, time_ms
-    return peak, peak_t
-
-
-def _held_per_op(deltas: list[tuple[float, int]], op_span) -> list[int]:
-    """Most bytes ``deltas`` (sorted) hold at any time while each op runs."""
-    times = [d[0] for d in deltas]
-    levels, held = [], 0
-    for _, delta in deltas:
-        held += delta
-        levels.append(held)
-    out = []
-    for start, end in op_span:
-        i = bisect.bisect_right(times, start)
-        j = bisect.bisect_right(times, end)
-        at_start = levels[i - 1] if i else 0
-        out.append(max([at_start] + levels[i:j]))
-    return out
-
-
-def held_for_reuse(spans: list[Transient], base: list[int], n_fw: int) -> list[int]:
-    """The op until which each of ``spans`` holds its memory, replaying Inductor's
-    reuse pool (module docstring) over forward (ops ``< n_fw``) and backward apart:
-    ``last``, or the op before the one whose buffer takes it over. ``base``: the
-    bytes per op Inductor's estimate counts besides ``spans`` (activations, host
-    copies)."""
-    n = len(base)
-    est = list(base)
-    for t in spans:
-        for op in range(t.first, t.last + 1):
-            est[op] += t.nbytes
-    until = [t.last for t in spans]
-    allocs: dict[int, list[int]] = {}
-    frees: dict[int, list[int]] = {}
-    for i, t in enumerate(spans):
-        if t.key and t.allocates:
-            allocs.setdefault(t.first, []).append(i)
-        if t.key and t.pooled:
-            frees.setdefault(t.last, []).append(i)
-    for lo, hi in ((0, min(n_fw, n)), (min(n_fw, n), n)):
-        if lo >= hi:
-            continue
-        peak = max(est[lo:hi])
-        pool: dict[str, list[int]] = {}
-        for op in range(lo, hi):
-            for i in allocs.get(op, ()):
-                stack = pool.get(spans[i].key)
-                if not stack:
-                    continue
-                dead = stack[-1]
-                gap = range(spans[dead].last + 1, op)
-                if gap and spans[i].nbytes + max(est[k] for k in gap) > peak:
-                    continue  # Inductor frees the dead buffer instead
-                stack.pop()
-                until[dead] = op - 1
-                for k in gap:
-                    est[k] += spans[i].nbytes
-            if op < hi - 1:  # a buffer dying in the graph's last op meets no allocation
-                for i in frees.get(op, ()):
-                    pool.setdefault(spans[i].key, []).append(i)
-    return until
 
 
 def _releases_now(x: SimTensor, i: int, t: float, done_at: float, n_fw: int) -> bool:

@@ -1,38 +1,33 @@
-"""The cost-model planner: from partitioned graphs to KEEP / OFFLOAD / RECOMPUTE.
+"""Facts: what the simulator and the solver need about one partition, read off FX.
 
-1. Gather, for every tensor the forward saves: bytes, producer position, last forward
-   use, first and last backward use, the cost to recompute it from what else is saved
-   (``costs.NodeCosts`` over its chain in the joint graph), and whether it may be
-   offloaded (``analyze_candidates``) or recomputed (no random op in the chain, no
-   ``MUST_SAVE`` tag, a short chain).
-2. Solve (``solver.solve``) for the budget.
-3. Realize recomputation the way SAC does under compile: tag the chain
-   ``CheckpointPolicy.MUST_RECOMPUTE`` in the joint graph and run the min-cut
-   partitioner again. Offload decisions carry over by name to the new partition.
-4. Simulate the final partition for the predictions and the schedule: where each
-   release goes (once its copy is done) and where each reload is issued.
+For every tensor the forward saves: bytes, producer position, last forward use, first
+and last backward use, the cost to recompute it from what else is saved
+(``costs.NodeCosts`` over its chain in the joint graph), and whether it may be
+offloaded (``passes.analyze_candidates``) or recomputed (no random op in the chain, no
+``MUST_SAVE`` tag, a short chain). Also: realising recomputation the way SAC does
+under compile (``MUST_RECOMPUTE`` tags on the joint graph, :func:`tag_recompute`), and
+simulating a partition's decisions (:func:`final_simulation`). The loop that uses
+them is :mod:`.search`.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any
 
-import torch
 import torch.fx as fx
 from torch.utils.checkpoint import CheckpointPolicy
 
 from passes import Candidate
-from passes.analyze_candidates import saved_values, view_root
+from passes.analyze_candidates import saved_values
+from passes.nodes import aliases, is_extern, is_materialized, is_random, tensor_bytes, view_root
 
-from .config import OffloadConfig
-from .costs import (NodeCosts, chain_ms, fused_backward_reads, is_extern, is_materialized, op_argument,
-                    tensor_bytes)
+from .costs import NodeCosts, chain_ms, fused_backward_reads
 from .hardware import HardwareProfile
-from .liveness import Liveness, aliases, step_transients
-from .simulator import KEEP, OFFLOAD, RECOMPUTE, Lanes, SimResult, SimTensor, Transient, simulate
-from .solver import Option, Solution, solve
+from .liveness import Liveness, step_transients
+from ..decision import KEEP, OFFLOAD, Decision
+from .simulator import Lanes, SimResult, SimTensor, Transient, simulate
+from .solver import Option
 
 # Absent before torch 2.9; PREFER_CPU_OFFLOAD is left to the planner's judgement.
 _MUST_OFFLOAD = getattr(CheckpointPolicy, "MUST_CPU_OFFLOAD", None)
@@ -63,16 +58,6 @@ class Facts:
     that offload (``benchmarks/RESULTS.md``, session 4)."""
 
 
-def _is_random(node: fx.Node) -> bool:
-    """Draws random numbers. Attention ops are tagged random for their dropout; with
-    ``dropout_p == 0`` they are deterministic."""
-    tags = getattr(node.target, "tags", ())
-    if torch.Tag.nondeterministic_seeded not in tags:
-        return False
-    value = op_argument(node, "dropout_p")  # None: the op has no such argument
-    return not (isinstance(value, (int, float)) and value == 0)
-
-
 def _recompute_chain(joint: dict[str, fx.Node], name: str, saved: set[str]) -> tuple[list[fx.Node], str]:
     """Joint nodes to recompute ``name`` from saved values and inputs, or a reason not to."""
     root = joint.get(name)
@@ -85,7 +70,7 @@ def _recompute_chain(joint: dict[str, fx.Node], name: str, saved: set[str]) -> t
             continue
         if node.op != "call_function":
             return [], f"depends on {node.op} {node.name}"
-        if _is_random(node):
+        if is_random(node):
             return [], f"random op {node.target} in its chain (its RNG state is not replayed)"
         if node.meta.get("recompute") == CheckpointPolicy.MUST_SAVE:
             return [], f"{node.name} is tagged MUST_SAVE"
@@ -200,28 +185,6 @@ def lanes_of(hw: HardwareProfile, copy_margin: float = 0.0, lead: float = COPY_L
                  compute_slowdown=hw.copy_slowdown)
 
 
-def resolve_budget(memory_budget: Any, baseline_peak: int) -> int | None:
-    """Bytes from a fraction of the baseline peak, a byte count, or ``None`` for auto."""
-    if memory_budget == "auto":
-        return None
-    if isinstance(memory_budget, float):
-        return int(memory_budget * baseline_peak)
-    return int(memory_budget)
-
-
-def solve_facts(facts: Facts, config: OffloadConfig, lanes: Lanes,
-                baseline_peak: int, budget_bytes: int | None = None) -> Solution:
-    """Solve for ``config``'s budget (or ``budget_bytes``, when given); ``baseline_peak``
-    is the peak with nothing moved."""
-    budget = budget_bytes if budget_bytes is not None else resolve_budget(config.memory_budget, baseline_peak)
-    return solve(
-        facts.fw_ms, facts.bw_ms, facts.tensors, facts.options, lanes,
-        budget_bytes=budget, max_overhead=config.max_overhead,
-        host_cap_bytes=config.max_host_bytes, for_auto=config.memory_budget == "auto",
-        bw_out_bytes=facts.bw_out_bytes, slowed=facts.slowed,
-    )
-
-
 def tag_recompute(joint_gm: fx.GraphModule, chains: list[list[str]]) -> int:
     """Tag every node of ``chains`` MUST_RECOMPUTE in the joint graph; returns the count."""
     by_name = {n.name: n for n in joint_gm.graph.nodes}
@@ -233,12 +196,10 @@ def tag_recompute(joint_gm: fx.GraphModule, chains: list[list[str]]) -> int:
     return count
 
 
-def final_simulation(facts: Facts, decisions: dict[str, str], lanes: Lanes) -> SimResult:
+def final_simulation(facts: Facts, decisions: dict[str, Decision], lanes: Lanes) -> SimResult:
+    """Simulate ``decisions`` (by tensor name; the rest kept) on this partition, recording
+    the timeline."""
     tensors = [dataclasses.replace(x, decision=decisions.get(x.name, KEEP)) for x in facts.tensors]
     return simulate(facts.fw_ms, facts.bw_ms, tensors, lanes, record=True,
                     bw_out_bytes=facts.bw_out_bytes, slowed=facts.slowed,
                     transients=facts.transients)
-
-
-__all__ = ["Facts", "Lanes", "gather", "solve_facts", "tag_recompute", "final_simulation", "lanes_of",
-           "resolve_budget", "OFFLOAD", "RECOMPUTE", "KEEP"]

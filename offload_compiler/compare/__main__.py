@@ -1,0 +1,25 @@
+"""``python -m offload_compiler.compare``: the harness, or (``--worker SPEC``) one strategy."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import asdict
+
+from .harness import add_arguments, main_compare
+from .run import run_strategy
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) == 2 and argv[0] == "--worker":
+        print(json.dumps(asdict(run_strategy(json.loads(argv[1])))))
+        return 0
+    parser = argparse.ArgumentParser(prog="python -m offload_compiler.compare")
+    add_arguments(parser)
+    return main_compare(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

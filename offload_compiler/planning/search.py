@@ -1,0 +1,249 @@
+"""The planning loop: from a partitioned graph to a realised plan and its schedule.
+
+One entry point, :func:`plan_graph`, for every policy:
+
+- ``"all"`` / ``"none"``: a fixed choice (:func:`.decide.choose`), simulated for the
+  record on the cost model when the graph is on an offload device.
+- ``"cost_model"``: the budget is settled once (:class:`.budget.Budget`), then
+  :func:`_realise` solves on the default partition, realises the recomputation the way
+  SAC does under compile (``MUST_RECOMPUTE`` tags on the joint graph, min-cut again)
+  and simulates; where the realised partition misses the bound it solves again on it,
+  up to ``MAX_ROUNDS`` times. For ``"auto"``, :func:`_search_realised` then bisects
+  over fixed budgets on realised partitions (``AUTO_REALISED_STEPS`` probes), since
+  min-cut often realises a recomputation cheaper than the solver's per-value chains
+  say. The result is the decisions, the partition that realises them, the predictions
+  and where each release and reload goes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import torch.fx as fx
+
+from passes import Candidate
+
+from ..config import OffloadConfig
+from ..decision import RECOMPUTE
+from ..reporting.records import GraphPlan, Predictions
+from .budget import Budget
+from .costs import NodeCosts
+from .decide import choose, decide_from_solution
+from .facts import Facts, final_simulation, gather, lanes_of, tag_recompute
+from .hardware import profile_for
+from .simulator import Lanes, SimResult
+from .solver import Solution, bisect_budgets, solve
+
+#: Solve, repartition, check against a fixed budget: at most this many times.
+MAX_ROUNDS = 3
+#: ``"auto"``: fixed budgets tried on realised partitions after the solver's own choice.
+AUTO_REALISED_STEPS = 4
+
+#: ``repartition()``: min-cut on the (re-tagged) joint graph, then candidate analysis:
+#: ``(fw_gm, bw_gm, candidates)``.
+Repartition = Callable[[], "tuple[fx.GraphModule, fx.GraphModule, list[Candidate]]"]
+
+
+@dataclass
+class Partition:
+    fw_gm: fx.GraphModule
+    bw_gm: fx.GraphModule
+    candidates: list[Candidate]
+    facts: Facts | None = None
+
+
+@dataclass
+class _Realised(Partition):
+    """One plan realised: its partition, the solver's answer, the simulated timeline."""
+
+    solution: Solution | None = None
+    final: SimResult | None = None
+    recomputed: dict[str, str] = dataclasses.field(default_factory=dict)
+    earlier: dict[str, Candidate] = dataclasses.field(default_factory=dict)
+
+
+@dataclass
+class PlannedGraph:
+    """What :func:`plan_graph` hands the rewrite: the partition to rewrite, the plan, and
+    (cost model only) where each release goes and before which op each reload is issued."""
+
+    fw_gm: fx.GraphModule
+    bw_gm: fx.GraphModule
+    plan: GraphPlan
+    release_after: dict[str, fx.Node] | None = None
+    issue_before: dict[str, fx.Node] | None = None
+    recomputed: bool = False
+    """The partition differs from min-cut's first one (recomputation was realised)."""
+
+
+def plan_graph(joint_gm: fx.GraphModule, start: Partition, num_fwd_outputs: int,
+               config: OffloadConfig, graph_id: int, repartition: Repartition) -> PlannedGraph:
+    """Plan one graph: ``start`` is min-cut's partition of ``joint_gm`` and its candidates;
+    ``repartition`` runs min-cut again once recompute tags are set."""
+    off_device = not any(c.device.split(":")[0] in config.devices for c in start.candidates)
+    if config.policy == "cost_model" and not off_device:
+        planned = _plan_cost_model(joint_gm, start, num_fwd_outputs, config, graph_id, repartition)
+    else:
+        plan = choose(start.candidates, config, graph_id)
+        if not off_device:
+            cost, lanes = _cost_model(start.candidates, config)
+            facts = gather(start.fw_gm, start.bw_gm, num_fwd_outputs, start.candidates, None, cost)
+            _simulate(plan, facts, final_simulation(facts, {}, lanes), lanes, cost)
+        planned = PlannedGraph(start.fw_gm, start.bw_gm, plan)
+    planned.plan.off_device = off_device
+    return planned
+
+
+def _cost_model(candidates: list[Candidate], config: OffloadConfig) -> tuple[NodeCosts, Lanes]:
+    """Node costs and the copy lanes to plan with, for the graph's device."""
+    device = _device_of(candidates, config.devices)
+    hw = profile_for(device, dict(config.hardware or ()))
+    cost = NodeCosts(hw, profile=config.node_costs == "profile")
+    return cost, lanes_of(hw, config.copy_margin)
+
+
+def _plan_cost_model(joint_gm, start: Partition, num_fwd_outputs: int, config: OffloadConfig,
+                     graph_id: int, repartition: Repartition) -> PlannedGraph:
+    cost, lanes = _cost_model(start.candidates, config)
+    facts = gather(start.fw_gm, start.bw_gm, num_fwd_outputs, start.candidates, joint_gm, cost,
+                   config.min_offload_bytes)
+    start = dataclasses.replace(start, facts=facts)
+    baseline = final_simulation(facts, {}, lanes)
+    budget = Budget.settle(config.memory_budget, baseline.peak_bytes)
+    tags = {n.name: n.meta["recompute"] for n in joint_gm.graph.nodes if "recompute" in n.meta}
+    realise = functools.partial(_realise, joint_gm, num_fwd_outputs, config, start, lanes,
+                                baseline, cost, budget, repartition)
+    best = realise(budget.nbytes)
+    if budget.auto and any(o.can_recompute for o in facts.options.values()):
+        best = _search_realised(best, realise, baseline, joint_gm, tags, config.max_overhead)
+    # What an earlier round recomputed and the last round's partition still saves
+    # (min-cut kept it), the last round decided on: its decision stands.
+    solution = dataclasses.replace(
+        best.solution,
+        decisions={**{n: RECOMPUTE for n in best.recomputed}, **best.solution.decisions},
+        reasons={**best.recomputed, **best.solution.reasons})
+    if budget.auto:
+        solution = dataclasses.replace(solution, budget_bytes=None, met=True, note="")
+    plan = decide_from_solution(best.candidates, solution, graph_id, best.earlier)
+    final = _simulate(plan, best.facts, baseline, lanes, cost, solution.budget_bytes)
+    if solution.budget_bytes is not None and final.peak_bytes > solution.budget_bytes:
+        plan.note = (f"budget of {solution.budget_bytes} bytes not reachable: best effort "
+                     f"predicts {final.peak_bytes} bytes")
+    release_after = {name: best.facts.fw_nodes[i] for name, i in final.release_after.items()}
+    issue_before = {name: best.facts.bw_nodes[k] for name, k in final.reload_before.items()}
+    return PlannedGraph(best.fw_gm, best.bw_gm, plan, release_after, issue_before,
+                        recomputed=bool(best.recomputed))
+
+
+def _solve(facts: Facts, config: OffloadConfig, lanes: Lanes, budget_bytes: int | None,
+           auto: bool) -> Solution:
+    """The solver on ``facts`` for ``budget_bytes`` (``None``: ``"auto"``'s own search)."""
+    return solve(
+        facts.fw_ms, facts.bw_ms, facts.tensors, facts.options, lanes,
+        budget_bytes=budget_bytes, max_overhead=config.max_overhead,
+        host_cap_bytes=config.max_host_bytes, for_auto=auto,
+        bw_out_bytes=facts.bw_out_bytes, slowed=facts.slowed,
+    )
+
+
+def _realise(joint_gm, num_fwd_outputs: int, config: OffloadConfig, start: Partition, lanes,
+             baseline, cost, budget: Budget, repartition: Repartition,
+             budget_bytes: int | None) -> _Realised:
+    """Solve on ``start`` (the default partition) for ``budget_bytes`` (``None``:
+    ``"auto"``'s own search), realise the recomputation by tagging ``joint_gm`` and
+    running min-cut again, and simulate the result; solve again on the realised
+    partition where it misses the budget, up to ``MAX_ROUNDS`` times in all."""
+    fw_gm, bw_gm, candidates, facts = start.fw_gm, start.bw_gm, start.candidates, start.facts
+    earlier = {c.name: c for c in candidates}
+    recomputed: dict[str, str] = {}  # name -> reason, over all rounds
+    bound = None  # after the first round: the peak to hold the plan to
+    for _ in range(MAX_ROUNDS):
+        solution = _solve(facts, config, lanes, budget_bytes if bound is None else bound, budget.auto)
+        recompute = [n for n, d in solution.decisions.items() if d == RECOMPUTE]
+        recomputed.update((n, solution.reasons[n]) for n in recompute)
+        if recompute:
+            tag_recompute(joint_gm, [facts.chains[n] for n in recompute])
+            fw_gm, bw_gm, candidates = repartition()
+            earlier.update((c.name, c) for c in candidates if c.name not in earlier)
+            facts = gather(fw_gm, bw_gm, num_fwd_outputs, candidates, joint_gm, cost,
+                           config.min_offload_bytes)
+        decisions = {n: d for n, d in solution.decisions.items() if d != RECOMPUTE}
+        final = final_simulation(facts, decisions, lanes)
+        # The partition that realises the recomputation is not the one the solver
+        # saw (recomputed ops move into backward, reloads are issued elsewhere): where
+        # it misses the budget (for "auto", the peak the solver found), solve again
+        # on it for what is left.
+        if bound is None:
+            bound = solution.budget_bytes if not budget.auto else solution.result.peak_bytes
+        if not recompute or final.peak_bytes <= bound:
+            break
+    return _Realised(fw_gm, bw_gm, candidates, facts, solution, final, recomputed, earlier)
+
+
+def _search_realised(first: _Realised, realise, baseline: SimResult, joint_gm: fx.GraphModule,
+                     tags: dict[str, Any], max_overhead: float) -> _Realised:
+    """``"auto"``: the least realised activation peak whose realised step stays within
+    ``max_overhead``, bisecting over fixed budgets (``AUTO_REALISED_STEPS`` probes).
+
+    The solver's own search prices a recomputation by its chain in the default
+    partition; min-cut often realises it cheaper (a value it recomputes is reused by
+    the next), so the solver's choice is the starting point, not the answer. A probe
+    that meets the overhead narrows the search downwards, one that misses it upwards.
+    """
+    limit_ms = baseline.step_ms * (1 + max_overhead)
+    best = first if first.final.step_ms <= limit_ms else None
+    if best is not None:
+        lo, hi = first.final.peak_bytes // 2, first.final.peak_bytes
+    else:
+        lo, hi = first.final.peak_bytes, baseline.peak_bytes
+
+    def fits(budget: int) -> int | None:
+        nonlocal best
+        _restore_tags(joint_gm, tags)
+        trial = realise(budget)
+        if trial.final.step_ms > limit_ms:
+            return None
+        if best is None or (trial.final.peak_bytes, trial.final.step_ms) < (
+                best.final.peak_bytes, best.final.step_ms):
+            best = trial
+        return min(budget, trial.final.peak_bytes)
+
+    bisect_budgets(lo, hi, AUTO_REALISED_STEPS, fits)
+    if best is None:  # nothing moved is always within the overhead
+        _restore_tags(joint_gm, tags)
+        best = realise(baseline.peak_bytes)
+    return best
+
+
+def _simulate(plan: GraphPlan, facts: Facts, baseline: SimResult, lanes: Lanes, cost: NodeCosts,
+              budget_bytes: int | None = None) -> SimResult:
+    """Simulate the plan's decisions; attach the timeline, the predictions and the
+    hardware profile they were costed with."""
+    plan.hardware = dataclasses.asdict(cost.hw)
+    decisions = {d.name: d.decision for d in plan.decisions}
+    final = final_simulation(facts, decisions, lanes)
+    plan.simulation, plan.baseline_simulation = final, baseline
+    plan.predicted = Predictions.of(baseline, final, budget_bytes)
+    return final
+
+
+def _restore_tags(joint_gm: fx.GraphModule, tags: dict[str, Any]) -> None:
+    """Put back the recompute tags ``tags`` recorded by node name (the user's, before
+    any probe tagged the graph). By name: min-cut's CSE pass replaces the joint graph's
+    nodes with copies on every call."""
+    for node in joint_gm.graph.nodes:
+        if node.name in tags:
+            node.meta["recompute"] = tags[node.name]
+        else:
+            node.meta.pop("recompute", None)
+
+
+def _device_of(candidates: list[Candidate], devices: tuple[str, ...]) -> str:
+    """The device the plan is for: the first saved activation on an allowed device."""
+    for c in candidates:
+        if c.device.split(":")[0] in devices:
+            return c.device
+    return "cpu"

@@ -1,0 +1,174 @@
+"""Plan records: what the backend decided for one compiled graph, as plain data.
+
+``GraphPlan`` holds one ``DecisionRecord`` per saved activation (``decision`` is the
+:class:`~offload_compiler.decision.Decision` vocabulary) and the planner's
+``Predictions``. Reports, dumps, ``explain`` and ``compare`` read these; the planner
+(``offload_compiler.planning``) writes them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Iterator
+
+from ..decision import Decision
+
+
+#: The fields of :class:`Predictions` that add up over a model's graphs.
+ADDITIVE = ("activation_peak_bytes", "baseline_activation_peak_bytes", "peak_bytes",
+            "step_peak_bytes", "baseline_step_peak_bytes", "step_ms", "baseline_step_ms",
+            "stall_ms")
+
+
+@dataclass(frozen=True)
+class Predictions(Mapping):
+    """The planner's predictions for one graph (``policy="cost_model"``, or any graph
+    whose transfers were simulated). Also readable as a mapping by field name, which is
+    how JSON records and ``explain`` present it."""
+
+    activation_peak_bytes: int
+    """The predicted activation peak: bytes of forward values held for backward, with
+    the output of the backward op running (what ``memory_budget`` bounds)."""
+    baseline_activation_peak_bytes: int
+    """The same with nothing moved."""
+    peak_bytes: int
+    """Same as ``activation_peak_bytes`` (kept for earlier readers of ``plan.json``)."""
+    peak_time_ms: float
+    """When in the simulated step the activation peak falls."""
+    step_peak_bytes: int
+    """The predicted peak of the whole step above what was held before it: the
+    activation peak plus forward and backward intermediates and parameter gradients."""
+    baseline_step_peak_bytes: int
+    """The same with nothing moved."""
+    step_ms: float
+    """Predicted step time (forward and backward of this graph)."""
+    baseline_step_ms: float
+    """The same with nothing moved."""
+    stall_ms: float
+    """Predicted time compute waits for copies."""
+    budget_bytes: int
+    """The activation budget planned for, in bytes; ``-1`` for ``"auto"``."""
+
+    def __getitem__(self, key: str) -> Any:
+        if key not in self._names():
+            raise KeyError(key)
+        return getattr(self, key)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._names())
+
+    def __len__(self) -> int:
+        return len(self._names())
+
+    @classmethod
+    def _names(cls) -> tuple[str, ...]:
+        return tuple(f.name for f in dataclasses.fields(cls))
+
+    def as_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def summed(cls, many: list[Mapping[str, Any]]) -> dict[str, float]:
+        """Sums over graphs of the fields that add up (bytes held, times taken; not the
+        peak's time or the budget): a model's graphs run one after another."""
+        return {name: sum(p[name] for p in many) for name in cls._names() if name in ADDITIVE}
+
+    @classmethod
+    def of(cls, baseline: Any, final: Any, budget_bytes: int | None = None) -> "Predictions":
+        """From the simulation of a plan (``final``) and of nothing moved (``baseline``)."""
+        return cls(
+            activation_peak_bytes=final.peak_bytes,
+            baseline_activation_peak_bytes=baseline.peak_bytes,
+            peak_bytes=final.peak_bytes,
+            peak_time_ms=final.peak_time_ms,
+            step_peak_bytes=final.step_peak_bytes,
+            baseline_step_peak_bytes=baseline.step_peak_bytes,
+            step_ms=final.step_ms,
+            baseline_step_ms=baseline.step_ms,
+            stall_ms=final.stall_ms,
+            budget_bytes=-1 if budget_bytes is None else budget_bytes,
+        )
+
+
+@dataclass(frozen=True)
+class DecisionRecord:
+    name: str
+    producer: str
+    shape: tuple
+    dtype: str
+    device: str
+    nbytes: int
+    decision: Decision
+    reason: str
+
+
+@dataclass
+class GraphPlan:
+    """What the backend decided for one compiled graph."""
+
+    graph_id: int
+    decisions: list[DecisionRecord] = field(default_factory=list)
+    fw_graph: Any = field(default=None, repr=False)
+    """The rewritten forward ``fx.GraphModule`` (before the inner compiler)."""
+    bw_graph: Any = field(default=None, repr=False)
+    """The rewritten backward ``fx.GraphModule`` (before the inner compiler)."""
+    predicted: Predictions | None = None
+    """The planner's predictions (``None`` where nothing was simulated)."""
+    hardware: dict[str, Any] = field(default_factory=dict)
+    """The hardware profile the plan was costed with (``planning.hardware.HardwareProfile``
+    fields; ``policy="cost_model"`` and graphs whose transfers were simulated)."""
+    simulation: Any = field(default=None, repr=False)
+    """The simulated timeline of the final plan (``simulator.SimResult``)."""
+    baseline_simulation: Any = field(default=None, repr=False)
+    """The simulated timeline with nothing moved (same partition as the plan's start)."""
+    note: str = ""
+    """Anything the planner wants said: a budget it could not meet, for example."""
+    dump_folder: str | None = None
+    """Where this graph's dump was written, if dumping was on."""
+    off_device: bool = False
+    """No saved tensor is on an offload device: the graph passed through unchanged."""
+
+    @property
+    def recomputed(self) -> list[DecisionRecord]:
+        return [d for d in self.decisions if d.decision is Decision.RECOMPUTE]
+
+    @property
+    def offloaded(self) -> list[DecisionRecord]:
+        return [d for d in self.decisions if d.decision is Decision.OFFLOAD]
+
+    @property
+    def offloaded_bytes(self) -> int:
+        return sum(d.nbytes for d in self.offloaded)
+
+    @property
+    def saved_bytes(self) -> int:
+        return sum(d.nbytes for d in self.decisions)
+
+    def summary(self) -> str:
+        kept = len(self.decisions) - len(self.offloaded) - len(self.recomputed)
+        if self.off_device:
+            devices = sorted({d.device for d in self.decisions})
+            return (
+                f"graph {self.graph_id}: no activation on an offload device (saved tensors are "
+                f"on {', '.join(devices)}); the graph passes through unchanged"
+            )
+        return (
+            f"graph {self.graph_id}: {len(self.decisions)} saved activations "
+            f"({_mib(self.saved_bytes)}), {len(self.offloaded)} offloaded "
+            f"({_mib(self.offloaded_bytes)}), {len(self.recomputed)} recomputed, {kept} kept"
+            + (
+                f"; predicted activation peak {_mib(int(self.predicted.activation_peak_bytes))} "
+                f"(was {_mib(int(self.predicted.baseline_activation_peak_bytes))}), step "
+                f"{self.predicted.step_ms:.2f} ms (was {self.predicted.baseline_step_ms:.2f} ms)"
+                if self.predicted else ""
+            )
+            + (f"; {self.note}" if self.note else "")
+        )
+
+
+def _mib(nbytes: int) -> str:
+    return f"{nbytes / 2**20:.1f} MiB"
+
+
