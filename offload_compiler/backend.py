@@ -59,8 +59,12 @@ class OffloadBackend:
         def run_fx(graph: fx.GraphModule, _inputs: Sequence[Any]) -> Callable[..., Any]:
             return make_boxed_func(graph.forward)
 
+        # As torch's own aot_eager: buffers the step mutates (BatchNorm's running
+        # statistics) are updated inside the forward graph, not after it, so a value
+        # saved for backward is never a buffer written over before backward reads it.
         return aot_autograd(
-            fw_compiler=run_fx, bw_compiler=run_fx, partition_fn=partitioner
+            fw_compiler=run_fx, bw_compiler=run_fx, partition_fn=partitioner,
+            keep_inference_input_mutations=True,
         )(gm, example_inputs)
 
 
