@@ -7,9 +7,11 @@ with Dynamo's FX graph; :func:`make_backend` builds the same from an
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from typing import Any, Callable, Mapping, Sequence
 
+import torch
 import torch.fx as fx
 
 from .config import OffloadConfig
@@ -42,7 +44,17 @@ class OffloadBackend:
                 f"{VALID_MODES} (pass options=... instead)"
             )
         config = self.config if options is None else OffloadConfig.from_options(options)
-        partitioner = OffloadPartitioner(config, on_plan=self.plans.append)
+        partitioner = OffloadPartitioner(config, on_plan=self.plans.append,
+                                         cache_key=_plan_key(gm, example_inputs, config))
+        compiled = self._inner_compile(gm, example_inputs, config, partitioner)
+        if not partitioner.called and torch.is_grad_enabled():
+            # No partition: Inductor's (or AOTAutograd's) cache held the graphs, or no
+            # backward is needed (then the plan cache has no entry for this key either).
+            partitioner.report_cached()
+        return compiled
+
+    @staticmethod
+    def _inner_compile(gm, example_inputs, config: OffloadConfig, partitioner: OffloadPartitioner):
         if config.inner_compiler == "inductor":
             from torch._inductor.compile_fx import compile_fx
 
@@ -66,6 +78,26 @@ class OffloadBackend:
             fw_compiler=run_fx, bw_compiler=run_fx, partition_fn=partitioner,
             keep_inference_input_mutations=True,
         )(gm, example_inputs)
+
+
+def _plan_key(gm: fx.GraphModule, example_inputs: Sequence[Any], config: OffloadConfig) -> str | None:
+    """The plan cache's key for this compile (``None`` with the cache off): the graph, its
+    inputs, the options that change a plan, the hardware profile it is costed with and
+    the code."""
+    from .partitioner import _source_hash
+    from .planning import cache
+    from .planning.hardware import profile_for
+
+    if not cache.enabled(config.plan_cache):
+        return None
+    device = next((x.device for x in example_inputs if isinstance(x, torch.Tensor)
+                   and x.is_floating_point() and x.device.type in config.devices), None)
+    hardware = None
+    if device is not None and config.policy != "none":
+        hardware = dataclasses.asdict(profile_for(device, dict(config.hardware or ())))
+    options = {k: v for k, v in config.as_dict().items() if k not in ("dump_dir", "plan_cache")}
+    options["grad_enabled"] = torch.is_grad_enabled()
+    return cache.plan_key(gm, example_inputs, repr(sorted(options.items())), hardware, _source_hash())
 
 
 def make_backend(config: OffloadConfig | Mapping[str, Any] | None = None, **options: Any) -> OffloadBackend:

@@ -110,6 +110,13 @@ class OffloadConfig:
     (in order of first use in backward) is issued once the (k - depth)-th is consumed.
     ``0`` issues each reload right before its first use (no overlap)."""
 
+    plan_cache: bool = True
+    """Keep each plan in the plan cache (``$OFFLOAD_COMPILER_CACHE_DIR/plans``, default
+    ``~/.cache/offload_compiler/plans``) and reuse it when the same graph is compiled again
+    with the same options, hardware profile and code: in another process, or when
+    Inductor's own cache skips our partitioner (the plan record, log line and dump then
+    still appear). ``False`` (or ``OFFLOAD_COMPILER_PLAN_CACHE=0``) plans on every compile."""
+
     def __post_init__(self) -> None:
         if self.inner_compiler not in _choices(InnerCompiler):
             raise ValueError(
@@ -149,6 +156,8 @@ class OffloadConfig:
         _check_int("max_host_bytes", self.max_host_bytes, allow_none=True)
         _check_int("prefetch_depth", self.prefetch_depth, allow_none=False)
         _check_budget(self.memory_budget)
+        if not isinstance(self.plan_cache, bool):
+            raise ValueError(f"plan_cache={self.plan_cache!r} is not valid; give True or False")
         if self.dump_dir is not None and not isinstance(self.dump_dir, (str, os.PathLike)):
             raise ValueError(f"dump_dir={self.dump_dir!r} is not valid; give a folder path or None")
         if self.dump_dir is not None:

@@ -9,6 +9,8 @@ scope of one ``compile_fx`` call, never globally.
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import hashlib
 import itertools
 import logging
@@ -29,8 +31,10 @@ from passes import (
 )
 
 from .config import OffloadConfig
-from .planning import Partition, plan_graph
+from .planning import Partition, PlannedGraph, plan_graph
+from .planning import cache
 from .planning.decide import offloads_of
+from .planning.search import replay
 from .reporting import tables
 from .reporting.dump import Dumper, dump_root
 from .reporting.records import GraphPlan
@@ -40,6 +44,7 @@ log = logging.getLogger("offload_compiler")
 _graph_ids = itertools.count()
 
 
+@functools.lru_cache(maxsize=None)
 def _source_hash() -> str:
     root = Path(__file__).resolve().parent
     files = sorted([*root.rglob("*.py"), *(root.parent / "passes").rglob("*.py")])
@@ -50,15 +55,27 @@ def _source_hash() -> str:
 
 
 class OffloadPartitioner(CustomPartitionerFn):
+    """Partition, plan and rewrite one joint graph.
+
+    ``cache_key`` (from the backend; ``None``: no plan cache) is where the plan is looked
+    up before planning and stored after. ``called`` says whether Inductor called it: on a
+    hit of Inductor's own cache it is not, and the backend reports the cached plan with
+    :meth:`report_cached`.
+    """
+
     def __init__(
-        self, config: OffloadConfig, on_plan: Callable[[GraphPlan], None] | None = None
+        self, config: OffloadConfig, on_plan: Callable[[GraphPlan], None] | None = None,
+        cache_key: str | None = None,
     ) -> None:
         self.config = config
         self.on_plan = on_plan
+        self.cache_key = cache_key
+        self.called = False
 
     def __call__(
         self, gm: fx.GraphModule, joint_inputs: Sequence[object], **kwargs: Any
     ) -> tuple[fx.GraphModule, fx.GraphModule]:
+        self.called = True
         kwargs.setdefault("compiler", "inductor")
         num_fwd_outputs = kwargs["num_fwd_outputs"]
         graph_id = next(_graph_ids)
@@ -69,13 +86,46 @@ class OffloadPartitioner(CustomPartitionerFn):
             fw, bw = _partition(gm, joint_inputs, kwargs)
             return fw, bw, self._analyze(fw, bw, num_fwd_outputs)
 
-        fw_gm, bw_gm, candidates = repartition()
-        dumper.stage("partitioned", fw_gm, bw_gm)
-        planned = plan_graph(gm, Partition(fw_gm, bw_gm, candidates), num_fwd_outputs,
-                             self.config, graph_id, repartition)
+        joint_hash = cache.joint_hash(gm) if self.cache_key else ""
+        planned = self._replay(gm, joint_hash, graph_id, repartition, dumper)
+        if planned is None:
+            fw_gm, bw_gm, candidates = repartition()
+            dumper.stage("partitioned", fw_gm, bw_gm)
+            planned = plan_graph(gm, Partition(fw_gm, bw_gm, candidates), num_fwd_outputs,
+                                 self.config, graph_id, repartition)
+            if planned.recomputed:
+                dumper.stage("recomputed", planned.fw_gm, planned.bw_gm)
+            fresh = True
+        else:
+            fresh = False
+        schedule = _names(planned.release_after), _names(planned.issue_before)
+        fw_gm, bw_gm, plan = self._rewrite(planned, num_fwd_outputs, dumper)
+        if fresh and self.cache_key:
+            cache.store(self.cache_key, cache.CachedPlan(
+                joint_hash, planned.recompute_tags, plan, *schedule, dumper.graph_files))
+        return fw_gm, bw_gm
+
+    def _replay(self, gm, joint_hash: str, graph_id: int, repartition, dumper) -> PlannedGraph | None:
+        """The cached plan for this graph applied without planning, or ``None``."""
+        entry = cache.load(self.cache_key) if self.cache_key else None
+        if entry is None:
+            return None
+        if entry.joint_hash != joint_hash:
+            log.info("offload: graph %d: the plan cache holds a plan for another joint graph under "
+                     "this key; planning afresh", graph_id)
+            return None
+        planned = replay(gm, entry.recompute_tags, dataclasses.replace(entry.plan, graph_id=graph_id),
+                         entry.release_after, entry.issue_before, repartition)
+        if planned is None:
+            log.info("offload: graph %d: the cached plan does not fit this partition; planning "
+                     "afresh", graph_id)
+            return None
+        log.info("offload: graph %d: plan taken from the plan cache (no planning)", graph_id)
+        dumper.stage("recomputed" if planned.recomputed else "partitioned", planned.fw_gm, planned.bw_gm)
+        return planned
+
+    def _rewrite(self, planned: PlannedGraph, num_fwd_outputs: int, dumper: Dumper):
         fw_gm, bw_gm, plan = planned.fw_gm, planned.bw_gm, planned.plan
-        if planned.recomputed:
-            dumper.stage("recomputed", fw_gm, bw_gm)
         insert_transfers(fw_gm, bw_gm, num_fwd_outputs, offloads_of(plan))
         dumper.stage("transfers", fw_gm, bw_gm)
         if planned.release_after is not None:
@@ -84,16 +134,36 @@ class OffloadPartitioner(CustomPartitionerFn):
         annotate_streams(fw_gm, bw_gm)
         plan.fw_graph, plan.bw_graph = fw_gm, bw_gm
         dumper.stage("scheduled", fw_gm, bw_gm)
+        self._report(plan, dumper)
+        return fw_gm, bw_gm, plan
+
+    def report_cached(self) -> GraphPlan | None:
+        """Inductor's cache held the compiled graphs and this partitioner was not called:
+        report the plan they were compiled with, from the plan cache, as a cold compile
+        would (plan record, log line, dump, trace artifact)."""
+        entry = cache.load(self.cache_key) if self.cache_key else None
+        if entry is None:
+            log.debug("offload: no partition and no cached plan for this graph (no backward "
+                      "needed, or Inductor's cache held it and the plan cache was cleared)")
+            return None
+        plan = dataclasses.replace(entry.plan, graph_id=next(_graph_ids))
+        dumper = Dumper(dump_root(self.config.dump_dir))
+        dumper.replay(entry.graph_texts)
+        log.info("offload: graph %d: compiled graphs from Inductor's cache, plan from the plan "
+                 "cache", plan.graph_id)
+        self._report(plan, dumper)
+        return plan
+
+    def _report(self, plan: GraphPlan, dumper: Dumper) -> None:
         dumper.plan(plan, self.config)
         plan.dump_folder = str(dumper.folder) if dumper.enabled else None
         _trace_artifact(plan, self.config)
         log.info("offload: %s", plan.summary())
         for d in plan.decisions:
             log.debug("offload: graph %d: %s %s (%d bytes): %s",
-                      graph_id, d.decision.value, d.name, d.nbytes, d.reason)
+                      plan.graph_id, d.decision.value, d.name, d.nbytes, d.reason)
         if self.on_plan is not None:
             self.on_plan(plan)
-        return fw_gm, bw_gm
 
     def _analyze(self, fw_gm, bw_gm, num_fwd_outputs):
         return analyze_candidates(
@@ -112,6 +182,10 @@ def _partition(joint_gm: fx.GraphModule, joint_inputs, kwargs) -> tuple[fx.Graph
     fw_gm, bw_gm = min_cut_rematerialization_partition(joint_gm, joint_inputs, **kwargs)
     keep_matmuls_early(bw_gm)
     return fw_gm, bw_gm
+
+
+def _names(nodes: dict[str, fx.Node] | None) -> dict[str, str] | None:
+    return None if nodes is None else {k: n.name for k, n in nodes.items()}
 
 
 def _trace_artifact(plan: GraphPlan, config: OffloadConfig) -> None:

@@ -22,6 +22,13 @@ def pytest_collection_modifyitems(config, items):
 
 
 @pytest.fixture(autouse=True)
+def _own_plan_cache(tmp_path, monkeypatch):
+    # Each test plans afresh: a plan cached by an earlier test (or an earlier run) would
+    # be replayed without planning, and tests inspect what planning does.
+    monkeypatch.setenv("OFFLOAD_COMPILER_CACHE_DIR", str(tmp_path / "offload_cache"))
+
+
+@pytest.fixture(autouse=True)
 def _fresh_dynamo():
     # Each test compiles afresh: a cache hit would skip the partitioner, and the tests
     # inspect the plans it records.

@@ -29,3 +29,9 @@ class Budget:
         if isinstance(memory_budget, float):
             return cls(auto=False, nbytes=int(memory_budget * baseline_peak_bytes))
         return cls(auto=False, nbytes=int(memory_budget))
+
+    def describe(self) -> str:
+        """In words, for logs."""
+        if self.auto:
+            return 'memory_budget="auto"'
+        return f"a budget of {self.nbytes / 2**20:.1f} MiB"

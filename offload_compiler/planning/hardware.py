@@ -136,6 +136,8 @@ def _cuda_profile(device: torch.device) -> HardwareProfile:
         except (TypeError, ValueError):
             profile = None
     if profile is None:
+        log.info("offload: calibrating %s (copies, matmuls, attention; once per GPU and torch "
+                 "version, cached in %s)", name, path)
         profile = calibrate(device)
         try:
             path.parent.mkdir(parents=True, exist_ok=True)

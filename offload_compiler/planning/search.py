@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import logging
+import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -36,6 +38,8 @@ from .facts import Facts, final_simulation, gather, lanes_of, tag_recompute
 from .hardware import profile_for
 from .simulator import Lanes, SimResult
 from .solver import Solution, bisect_budgets, solve
+
+log = logging.getLogger("offload_compiler")
 
 #: Solve, repartition, check against a fixed budget: at most this many times.
 MAX_ROUNDS = 3
@@ -63,6 +67,8 @@ class _Realised(Partition):
     final: SimResult | None = None
     recomputed: dict[str, str] = dataclasses.field(default_factory=dict)
     earlier: dict[str, Candidate] = dataclasses.field(default_factory=dict)
+    tags: dict[str, Any] = dataclasses.field(default_factory=dict)
+    """The joint graph's recompute tags this partition was made from."""
 
 
 @dataclass
@@ -77,6 +83,8 @@ class PlannedGraph:
     issue_before: dict[str, fx.Node] | None = None
     recomputed: bool = False
     """The partition differs from min-cut's first one (recomputation was realised)."""
+    recompute_tags: dict[str, Any] = dataclasses.field(default_factory=dict)
+    """The joint graph's recompute tags the partition was made from (for the plan cache)."""
 
 
 def plan_graph(joint_gm: fx.GraphModule, start: Partition, num_fwd_outputs: int,
@@ -92,9 +100,41 @@ def plan_graph(joint_gm: fx.GraphModule, start: Partition, num_fwd_outputs: int,
             cost, lanes = _cost_model(start.candidates, config)
             facts = gather(start.fw_gm, start.bw_gm, num_fwd_outputs, start.candidates, None, cost)
             _simulate(plan, facts, final_simulation(facts, {}, lanes), lanes, cost)
-        planned = PlannedGraph(start.fw_gm, start.bw_gm, plan)
+        planned = PlannedGraph(start.fw_gm, start.bw_gm, plan, recompute_tags=recompute_tags(joint_gm))
     planned.plan.off_device = off_device
     return planned
+
+
+def recompute_tags(joint_gm: fx.GraphModule) -> dict[str, Any]:
+    """The joint graph's recompute tags by node name."""
+    return {n.name: n.meta["recompute"] for n in joint_gm.graph.nodes if "recompute" in n.meta}
+
+
+def replay(joint_gm: fx.GraphModule, tags: dict[str, Any], plan: GraphPlan,
+           release_after: dict[str, str] | None, issue_before: dict[str, str] | None,
+           repartition: Repartition) -> PlannedGraph | None:
+    """A plan made before, applied without planning: the recorded recompute ``tags`` go
+    back on the joint graph, min-cut runs once, and the recorded decisions and schedule
+    (by node name) are looked up in its partition. ``None`` if they do not fit it (an
+    offloaded value missing or no longer eligible, a schedule node missing); the joint
+    graph's tags are then as the caller left them."""
+    before = recompute_tags(joint_gm)
+    _restore_tags(joint_gm, tags)
+    fw_gm, bw_gm, candidates = repartition()
+    by_name = {c.name: c for c in candidates}
+    fw_nodes = {n.name: n for n in fw_gm.graph.nodes}
+    bw_nodes = {n.name: n for n in bw_gm.graph.nodes}
+    fits = all(d.name in by_name and by_name[d.name].eligible for d in plan.offloaded)
+    fits = fits and all(v in fw_nodes for v in (release_after or {}).values())
+    fits = fits and all(v in bw_nodes for v in (issue_before or {}).values())
+    if not fits:
+        _restore_tags(joint_gm, before)
+        return None
+    return PlannedGraph(
+        fw_gm, bw_gm, plan,
+        None if release_after is None else {k: fw_nodes[v] for k, v in release_after.items()},
+        None if issue_before is None else {k: bw_nodes[v] for k, v in issue_before.items()},
+        recomputed=bool(plan.recomputed), recompute_tags=dict(tags))
 
 
 def _cost_model(candidates: list[Candidate], config: OffloadConfig) -> tuple[NodeCosts, Lanes]:
@@ -107,18 +147,28 @@ def _cost_model(candidates: list[Candidate], config: OffloadConfig) -> tuple[Nod
 
 def _plan_cost_model(joint_gm, start: Partition, num_fwd_outputs: int, config: OffloadConfig,
                      graph_id: int, repartition: Repartition) -> PlannedGraph:
+    t0 = time.perf_counter()
     cost, lanes = _cost_model(start.candidates, config)
     facts = gather(start.fw_gm, start.bw_gm, num_fwd_outputs, start.candidates, joint_gm, cost,
                    config.min_offload_bytes)
     start = dataclasses.replace(start, facts=facts)
     baseline = final_simulation(facts, {}, lanes)
     budget = Budget.settle(config.memory_budget, baseline.peak_bytes)
+    log.info("offload: graph %d: planning %d saved activations (%s; peak %s, step %.2f ms with "
+             "nothing moved) for %s; costed in %.1f s", graph_id, len(facts.tensors),
+             _mib(sum(x.nbytes for x in facts.tensors)), _mib(baseline.peak_bytes),
+             baseline.step_ms, budget.describe(), time.perf_counter() - t0)
     tags = {n.name: n.meta["recompute"] for n in joint_gm.graph.nodes if "recompute" in n.meta}
     realise = functools.partial(_realise, joint_gm, num_fwd_outputs, config, start, lanes,
                                 baseline, cost, budget, repartition)
+    t1 = time.perf_counter()
     best = realise(budget.nbytes)
+    log.info("offload: graph %d: solved and realised in %.1f s: peak %s, step %.2f ms",
+             graph_id, time.perf_counter() - t1, _mib(best.final.peak_bytes), best.final.step_ms)
     if budget.auto and any(o.can_recompute for o in facts.options.values()):
-        best = _search_realised(best, realise, baseline, joint_gm, tags, config.max_overhead)
+        best = _search_realised(best, realise, baseline, joint_gm, tags, config.max_overhead,
+                                graph_id)
+    log.info("offload: graph %d: planned in %.1f s", graph_id, time.perf_counter() - t0)
     # What an earlier round recomputed and the last round's partition still saves
     # (min-cut kept it), the last round decided on: its decision stands.
     solution = dataclasses.replace(
@@ -135,7 +185,7 @@ def _plan_cost_model(joint_gm, start: Partition, num_fwd_outputs: int, config: O
     release_after = {name: best.facts.fw_nodes[i] for name, i in final.release_after.items()}
     issue_before = {name: best.facts.bw_nodes[k] for name, k in final.reload_before.items()}
     return PlannedGraph(best.fw_gm, best.bw_gm, plan, release_after, issue_before,
-                        recomputed=bool(best.recomputed))
+                        recomputed=bool(best.recomputed), recompute_tags=best.tags)
 
 
 def _solve(facts: Facts, config: OffloadConfig, lanes: Lanes, budget_bytes: int | None,
@@ -180,11 +230,12 @@ def _realise(joint_gm, num_fwd_outputs: int, config: OffloadConfig, start: Parti
             bound = solution.budget_bytes if not budget.auto else solution.result.peak_bytes
         if not recompute or final.peak_bytes <= bound:
             break
-    return _Realised(fw_gm, bw_gm, candidates, facts, solution, final, recomputed, earlier)
+    return _Realised(fw_gm, bw_gm, candidates, facts, solution, final, recomputed, earlier,
+                     recompute_tags(joint_gm))
 
 
 def _search_realised(first: _Realised, realise, baseline: SimResult, joint_gm: fx.GraphModule,
-                     tags: dict[str, Any], max_overhead: float) -> _Realised:
+                     tags: dict[str, Any], max_overhead: float, graph_id: int = 0) -> _Realised:
     """``"auto"``: the least realised activation peak whose realised step stays within
     ``max_overhead``, bisecting over fixed budgets (``AUTO_REALISED_STEPS`` probes).
 
@@ -200,11 +251,20 @@ def _search_realised(first: _Realised, realise, baseline: SimResult, joint_gm: f
     else:
         lo, hi = first.final.peak_bytes, baseline.peak_bytes
 
+    probe = 0
+
     def fits(budget: int) -> int | None:
-        nonlocal best
+        nonlocal best, probe
+        probe += 1
+        t0 = time.perf_counter()
         _restore_tags(joint_gm, tags)
         trial = realise(budget)
-        if trial.final.step_ms > limit_ms:
+        within = trial.final.step_ms <= limit_ms
+        log.info("offload: graph %d: \"auto\" probe %d/%d: budget %s -> peak %s, step %.2f ms "
+                 "(%s the limit of %.2f ms), %.1f s", graph_id, probe, AUTO_REALISED_STEPS,
+                 _mib(budget), _mib(trial.final.peak_bytes), trial.final.step_ms,
+                 "within" if within else "over", limit_ms, time.perf_counter() - t0)
+        if not within:
             return None
         if best is None or (trial.final.peak_bytes, trial.final.step_ms) < (
                 best.final.peak_bytes, best.final.step_ms):
@@ -247,3 +307,7 @@ def _device_of(candidates: list[Candidate], devices: tuple[str, ...]) -> str:
         if c.device.split(":")[0] in devices:
             return c.device
     return "cpu"
+
+
+def _mib(nbytes: int) -> str:
+    return f"{nbytes / 2**20:.1f} MiB"

@@ -53,6 +53,8 @@ class Dumper:
         self.folder: Path | None = None
         self._last: dict[str, str] = {}
         self._stage = 0
+        self.graph_files: dict[str, str] = {}
+        """Graph files written so far (name -> text), kept with a cached plan."""
         if root is not None:
             key = str(root.resolve())
             with _lock:
@@ -67,7 +69,8 @@ class Dumper:
 
     def joint(self, gm: fx.GraphModule) -> None:
         if self.enabled:
-            self._write("joint.py", HEADER + graph_text(gm))
+            self.graph_files["joint.py"] = HEADER + graph_text(gm)
+            self._write("joint.py", self.graph_files["joint.py"])
 
     def stage(self, name: str, fw: fx.GraphModule, bw: fx.GraphModule) -> None:
         """Write forward and backward after a pass, if that pass changed them."""
@@ -77,7 +80,9 @@ class Dumper:
         for kind, gm in (("forward", fw), ("backward", bw)):
             text = graph_text(gm)
             if self._last.get(kind) != text:
-                self._write(f"{kind}.{self._stage}_{name}.py", HEADER + text)
+                file = f"{kind}.{self._stage}_{name}.py"
+                self.graph_files[file] = HEADER + text
+                self._write(file, self.graph_files[file])
                 self._last[kind] = text
                 wrote = True
         if wrote:
@@ -93,6 +98,12 @@ class Dumper:
         self._write("config.json", tables.to_json(data["config"]))
         self._write("timeline.json", json.dumps(timeline.chrome_trace(plan)))
         self._write("memory.svg", timeline.memory_svg(plan))
+
+    def replay(self, graph_files: dict[str, str]) -> None:
+        """Write graph files recorded by an earlier compile of the same graph."""
+        if self.enabled:
+            for name, text in graph_files.items():
+                self._write(name, text)
 
     def _write(self, name: str, text: str) -> None:
         assert self.folder is not None

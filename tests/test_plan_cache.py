@@ -1,0 +1,151 @@
+"""The plan cache: a plan made once is found again (issue 19; issue 20, item 2)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import offload_compiler
+from offload_compiler.models.gpt import GPT, make_batch, preset
+from offload_compiler.reporting import tables
+
+ROOT = Path(__file__).resolve().parents[1]
+
+OPTIONS = {"devices": ("cpu",), "min_offload_bytes": 0, "memory_budget": 0.3}
+
+
+def _train_once(options, inner="inductor"):
+    torch.manual_seed(0)
+    cfg = preset("tiny")
+    model = GPT(cfg)
+    backend = offload_compiler.make_backend(**{**OPTIONS, **options, "inner_compiler": inner})
+    out = torch.compile(model, backend=backend)(*make_batch(cfg))
+    out.backward()
+    return backend, [p.grad.clone() for p in model.parameters()]
+
+
+def _record(plan):
+    data = tables.plan_dict(plan)
+    data.pop("graph_id"), data.pop("summary")
+    return data
+
+
+def test_a_second_compile_replays_the_plan_without_planning(monkeypatch, caplog):
+    """Same graph, same options: the plan record is the same, no planning runs, and
+    gradients are bitwise those of the compile that planned (eager inner compiler)."""
+    from offload_compiler.planning import search
+
+    first, grads = _train_once({}, inner="eager")
+    torch._dynamo.reset()
+    monkeypatch.setattr(search, "_plan_cost_model", lambda *a, **k: pytest.fail("planned again"))
+    with caplog.at_level(logging.INFO, logger="offload_compiler"):
+        second, grads_again = _train_once({}, inner="eager")
+    assert "plan taken from the plan cache" in caplog.text
+    assert [_record(p) for p in second.plans] == [_record(p) for p in first.plans]
+    assert second.plans[0].offloaded and second.plans[0].recomputed
+    for a, b in zip(grads, grads_again):
+        assert torch.equal(a, b)
+
+
+def test_a_changed_option_or_cache_off_plans_again(monkeypatch, caplog):
+    _train_once({})
+    torch._dynamo.reset()
+    with caplog.at_level(logging.INFO, logger="offload_compiler"):
+        _train_once({"max_overhead": 0.1})
+    assert "planning" in caplog.text and "plan cache" not in caplog.text
+    caplog.clear()
+    for switch in ({"plan_cache": False}, {}):
+        torch._dynamo.reset()
+        if not switch:
+            monkeypatch.setenv("OFFLOAD_COMPILER_PLAN_CACHE", "0")
+        with caplog.at_level(logging.INFO, logger="offload_compiler"):
+            _train_once(switch)
+        assert "plan taken from the plan cache" not in caplog.text, switch
+        assert "planning" in caplog.text
+        caplog.clear()
+
+
+def test_plan_cache_option_is_validated():
+    with pytest.raises(ValueError, match="plan_cache"):
+        offload_compiler.OffloadConfig(plan_cache="yes")
+
+
+@pytest.fixture
+def inductor_caches(tmp_path, monkeypatch):
+    """Inductor's and AOTAutograd's caches on, in a folder of this test's own."""
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
+    with torch._inductor.config.patch(force_disable_caches=False):
+        yield
+
+
+def test_explain_after_training_reports_the_plan(inductor_caches):
+    """Compiling the same graph again in one process (``explain`` after training) hits
+    Inductor's cache, and once reported "no graph needed a backward pass": now it
+    reports the plan."""
+    trained, _ = _train_once({})
+    torch._dynamo.reset()
+    cfg = preset("tiny")
+    torch.manual_seed(0)
+    report = offload_compiler.explain(GPT(cfg), *make_batch(cfg), **OPTIONS)
+    assert report.graphs and "nothing to decide" not in str(report)
+    assert report.decisions == tables.decision_dicts(trained.plans[0])
+
+
+def test_an_unwritable_cache_warns_once_and_training_goes_on(tmp_path, monkeypatch, caplog):
+    blocker = tmp_path / "a_file"
+    blocker.write_text("not a folder")
+    monkeypatch.setenv("OFFLOAD_COMPILER_CACHE_DIR", str(blocker / "cache"))
+    with caplog.at_level(logging.WARNING, logger="offload_compiler"):
+        backend, _ = _train_once({})
+        torch._dynamo.reset()
+        _train_once({"max_overhead": 0.1})
+    assert backend.plans
+    assert caplog.text.count("cannot write the plan cache") == 1
+
+
+_CHILD = r"""
+import json, logging, sys, torch
+logging.basicConfig(level=logging.INFO)
+import offload_compiler
+from offload_compiler.models.gpt import GPT, make_batch, preset
+from offload_compiler.reporting import tables
+options = json.loads(sys.argv[1])
+torch.manual_seed(0)
+cfg = preset("tiny")
+backend = offload_compiler.make_backend(**options)
+torch.compile(GPT(cfg), backend=backend)(*make_batch(cfg)).backward()
+print(json.dumps([{k: v for k, v in tables.plan_dict(p).items() if k not in ("graph_id", "summary")}
+                  for p in backend.plans]))
+"""
+
+
+def _child(options, tmp_path):
+    env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor"),
+           "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    env.pop("TORCHINDUCTOR_FORCE_DISABLE_CACHES", None)
+    proc = subprocess.run([sys.executable, "-c", _CHILD, json.dumps(options)], capture_output=True,
+                          text=True, env=env, cwd=tmp_path, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1]), proc.stderr
+
+
+def test_a_second_process_with_inductors_cache_warm_reports_the_same_plan_and_dumps(tmp_path):
+    """In a second process Inductor's cache holds the compiled graphs and our partitioner
+    is not called; the plan record, the log line and the dump still appear."""
+    options = {**OPTIONS, "devices": ["cpu"], "dump_dir": str(tmp_path / "dumps")}
+    cold, _ = _child(options, tmp_path)
+    for folder in (tmp_path / "dumps").glob("graph_*"):
+        folder.rename(folder.with_name("cold_" + folder.name))
+    warm, log = _child(options, tmp_path)
+    assert "compiled graphs from Inductor's cache, plan from the plan cache" in log
+    assert cold and warm == cold
+    (folder,) = (tmp_path / "dumps").glob("graph_*")
+    assert json.loads((folder / "plan.json").read_text())["decisions"] == cold[0]["decisions"]
+    assert (folder / "summary.txt").exists() and list(folder.glob("forward.*_scheduled.py"))
