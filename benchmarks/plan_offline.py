@@ -8,7 +8,10 @@ loopback mode (``devices=("cpu",)``) with a hardware profile given in full: the
 measured H100 profile of ``benchmarks/RESULTS.md`` unless ``--hardware`` overrides
 fields. Compilation stops once the planner has decided (nothing runs: the model is
 never executed at this size on a CPU), and the script prints, per budget, the
-planner's predictions and where its bytes went.
+planner's predictions, where its bytes went, and the seconds from the start of the
+compile to the plan (Dynamo tracing, AOTAutograd and planning; the plan cache is off
+unless ``OFFLOAD_COMPILER_PLAN_CACHE`` says otherwise). With ``-v``, planning logs each
+phase with its time.
 
 The graph differs from the GPU's in one op: attention is the CPU flash kernel, costed
 with the CUDA kernel's FLOP formula. Use it to see the planner's choices and
@@ -19,7 +22,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -75,7 +80,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--options", default="{}", help="JSON: further OffloadConfig options")
     p.add_argument("--decisions", action="store_true", help="print every decision and reason")
     p.add_argument("--out", default=None, help="write the rows here as JSON")
+    p.add_argument("-v", "--verbose", action="store_true", help="log each planning phase (INFO)")
     args = p.parse_args(argv)
+    # Time the planner, not a replay of a plan cached by an earlier run.
+    os.environ.setdefault("OFFLOAD_COMPILER_PLAN_CACHE", "0")
+    if args.verbose:
+        import logging
+
+        logging.basicConfig(level=logging.INFO, format="%(message)s")
     hardware = {**H100_PROFILE, **json.loads(args.hardware)}
     extra = json.loads(args.options)
     cfg = preset(args.preset)
@@ -87,7 +99,9 @@ def main(argv: list[str] | None = None) -> int:
     for text in args.budgets.split(","):
         options = {"devices": ("cpu",), "hardware": hardware, "memory_budget": _budget(text),
                    "policy": "cost_model", **extra}
+        t0 = time.perf_counter()
         plan = plan_once(model, inputs, options)
+        compile_s = time.perf_counter() - t0
         kinds = Counter()
         for d in plan.decisions:
             kinds[d.decision.value] += d.nbytes
@@ -100,6 +114,7 @@ def main(argv: list[str] | None = None) -> int:
             "baseline_step_peak_gib": pr.get("baseline_step_peak_bytes", 0) / 2**30,
             **{f"{k}_gib": kinds[k] / 2**30 for k in ("keep", "offload", "recompute")},
             "recomputed": len(plan.recomputed), "note": plan.note,
+            "trace_and_plan_s": compile_s,
         })
         if args.decisions:
             print(f"== budget {text} ==")
@@ -111,9 +126,10 @@ def main(argv: list[str] | None = None) -> int:
     print(tabulate([[r["budget"], f"{r['step_ms']:.1f}", f"{r['step_ms'] / r['baseline_step_ms']:.3f}",
                      f"{r['stall_ms']:.1f}", f"{r['activation_gib']:.2f}", f"{r['step_peak_gib']:.2f}",
                      f"{r['offload_gib']:.2f}",
-                     f"{r['recompute_gib']:.2f}", r["recomputed"], r["note"][:40]] for r in rows],
+                     f"{r['recompute_gib']:.2f}", r["recomputed"], f"{r['trace_and_plan_s']:.1f}",
+                     r["note"][:40]] for r in rows],
                    headers=["budget", "pred step ms", "vs base", "stall ms", "act GiB", "step peak GiB", "offload GiB",
-                            "recompute GiB", "recomputed", "note"]))
+                            "recompute GiB", "recomputed", "trace+plan s", "note"]))
     return 0
 
 

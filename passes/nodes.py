@@ -187,7 +187,24 @@ def is_extern(node: fx.Node) -> bool:
     convolution): an op torch's flop counter has a formula for (``flop_registry``), or
     CPU flash attention, run directly or inside an RNG wrapper. Not a view,
     ``getitem`` or transfer op."""
-    if node.op != "call_function" or is_transfer(node) or is_view_or_getitem(node):
+    if node.op != "call_function":
+        return False
+    target = node.target
+    if target in _RNG_WRAPPERS:
+        return _is_extern(node)
+    known = _EXTERN_BY_TARGET.get(target)
+    if known is None:
+        known = _EXTERN_BY_TARGET[target] = _is_extern(node)
+    return known
+
+
+#: ``is_extern`` by op: it depends on the op alone, except for the RNG wrappers (the op
+#: they wrap is an argument). The planner asks it of every node many times.
+_EXTERN_BY_TARGET: dict[Any, bool] = {}
+
+
+def _is_extern(node: fx.Node) -> bool:
+    if is_transfer(node) or is_view_or_getitem(node):
         return False
     packet = getattr(called_op(node)[0], "overloadpacket", None)
     return packet is not None and (packet in flop_registry or packet.__name__ in CPU_ATTENTION_OPS)

@@ -137,14 +137,17 @@ def simulate(fw_ms: list[float], bw_ms: list[float], tensors: list[SimTensor], l
             held_from.setdefault(max(x.produced, x.last_fw_use), []).append(x)
 
     # ---- forward -------------------------------------------------------------
+    n_fw = len(fw_ms)
     t, stall, d2h_free = 0.0, 0.0, 0.0
     copy_end: dict[str, float] = {}
     copy_time: dict[str, float] = {}
     done_at: dict[str, float] = {}  # when the plan counts the copy done: its end plus the lead
     pending: list[SimTensor] = []  # offloaded, not yet released
+    # No pending copy can be released before op ``check_at`` (the least of their last
+    # forward uses, and of their planned release points where the plan fixes them).
+    check_at = n_fw
     release_after: dict[str, int] = {}
     op_start: list[float] = []
-    n_fw = len(fw_ms)
     slow = 1.0 + lanes.compute_slowdown
     fw_slowed, bw_slowed = slowed if slowed is not None else ([True] * n_fw, [True] * len(bw_ms))
     for i in range(n_fw):
@@ -166,7 +169,8 @@ def simulate(fw_ms: list[float], bw_ms: list[float], tensors: list[SimTensor], l
                 if record:
                     events.append(("d2h", x.name, start, start + dur))
                 pending.append(x)
-        if pending:
+                check_at = min(check_at, _earliest_release(x))
+        if pending and (i >= check_at or i == n_fw - 1):
             ready = [p for p in pending if _releases_now(p, i, t, done_at[p.name], n_fw)]
             for x in ready:
                 wait = max(0.0, done_at[x.name] - t)
@@ -176,6 +180,7 @@ def simulate(fw_ms: list[float], bw_ms: list[float], tensors: list[SimTensor], l
                 release_after[x.name] = i
             if ready:
                 pending = [p for p in pending if p.name not in release_after]
+                check_at = min((_earliest_release(p) for p in pending), default=n_fw)
     fw_end = t
     hidden = {name: max(0.0, min(copy_end[name], fw_end) - (copy_end[name] - copy_time[name]))
               for name in copy_end}
@@ -274,6 +279,11 @@ def simulate(fw_ms: list[float], bw_ms: list[float], tensors: list[SimTensor], l
         reload_before=reload_before, copy_ms=copy_time, hidden_ms=hidden, events=events,
         memory=curve, step_peak_bytes=step_peak, step_peak_time_ms=step_peak_t,
     )
+
+
+def _earliest_release(x: SimTensor) -> int:
+    """The first forward op after which :func:`_releases_now` can hold for ``x``."""
+    return max(x.release_after, x.last_fw_use) if x.release_after is not None else x.last_fw_use
 
 
 def _releases_now(x: SimTensor, i: int, t: float, done_at: float, n_fw: int) -> bool:

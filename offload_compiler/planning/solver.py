@@ -158,9 +158,12 @@ def _greedy(problem: _Problem, budget_bytes: int | None) -> Solution:
         return x.recompute_ms - x.shared_ms * (1 - 1 / group_size[x.group])
     decisions = {x.name: options[x.name].forced or KEEP for x in tensors}
 
+    # Each tensor under each decision, made once: the greedy simulates thousands of trials.
+    variants = {(x.name, d): dataclasses.replace(x, decision=d) for x in tensors for d in Decision}
+
     def run(dec: dict[str, Decision]) -> SimResult:
         return simulate(problem.fw_ms, problem.bw_ms,
-                        [dataclasses.replace(x, decision=dec[x.name]) for x in tensors], lanes,
+                        [variants[x.name, dec[x.name]] for x in tensors], lanes,
                         bw_out_bytes=problem.bw_out_bytes, slowed=problem.slowed)
 
     def over_host_cap(dec: dict[str, Decision]) -> bool:
