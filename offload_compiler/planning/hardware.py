@@ -4,7 +4,8 @@ GB = 1e9 bytes and TFLOP = 1e12 floating-point operations throughout the cost mo
 
 - CUDA devices are calibrated by a short measurement (about a second) the first time a
   device name is seen; the result is cached on disk (``$OFFLOAD_COMPILER_CACHE_DIR`` or
-  ``~/.cache/offload_compiler``), one JSON file per device name and torch version.
+  ``$XDG_CACHE_HOME/offload_compiler``, else ``~/.cache/offload_compiler``), one JSON file
+  per device name and torch version.
 - CPU-only runs use :data:`CPU_PROFILE`, a fixed profile, so planning is deterministic.
 - ``OffloadConfig(hardware={...})`` overrides any field.
 """
@@ -14,7 +15,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-import os
 import re
 import time
 from dataclasses import dataclass
@@ -91,8 +91,9 @@ def validate_overrides(overrides: Mapping[str, Any] | None) -> None:
 
 
 def _cache_dir() -> Path:
-    root = os.environ.get("OFFLOAD_COMPILER_CACHE_DIR")
-    return Path(root) if root else Path.home() / ".cache" / "offload_compiler"
+    from .cache import cache_dir
+
+    return cache_dir()
 
 
 _memo: dict[str, HardwareProfile] = {}
