@@ -14,6 +14,7 @@ import hashlib
 import math
 import numbers
 import os
+import re
 from dataclasses import dataclass
 from typing import Any, Literal, Mapping, get_args
 
@@ -272,6 +273,24 @@ def _device_types(devices: Any) -> tuple[str, ...]:
             )
         types.append(kind)
     return tuple(types)
+
+
+_SIZE_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
+               "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40}
+
+
+def parse_nbytes(name: str, text: str) -> int | None:
+    """A size given as text: ``"auto"`` as ``None``; ``"1048576"``, ``"64MiB"``, ``"1.5 GB"``
+    as bytes; else a ``ValueError`` naming ``name``."""
+    if text.strip().lower() == "auto":
+        return None
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([kmgt]i?b|b)?\s*", text.lower())
+    if match is None:
+        raise ValueError(
+            f"{name}={text!r} is not valid; give \"auto\" or a number of bytes, optionally "
+            "with a unit (B, KiB, MiB, GiB, TiB, KB, MB, GB, TB), e.g. \"256MiB\""
+        )
+    return int(float(match.group(1)) * _SIZE_UNITS[match.group(2) or ""])
 
 
 def _check_budget(value: Any) -> float | int | str:

@@ -3,7 +3,6 @@ and device strings with an index; the host pool gives idle memory back."""
 
 import gc
 import json
-import math
 
 import pytest
 import torch

@@ -42,13 +42,14 @@ import itertools
 import logging
 import numbers
 import os
-import re
 import threading
 import weakref
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 import torch
+
+from ..config import parse_nbytes
 
 log = logging.getLogger(__name__)
 
@@ -58,9 +59,6 @@ _MIN_BLOCK_BYTES = 512
 MAX_IDLE_ENV = "OFFLOAD_COMPILER_HOST_POOL_MAX_IDLE"
 #: The least bound ``"auto"`` gives: small models whose shapes change keep their blocks.
 AUTO_MIN_IDLE_BYTES = 64 << 20
-
-_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
-          "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40}
 
 
 def block_nbytes(nbytes: int) -> int:
@@ -73,24 +71,11 @@ def mib(nbytes: int) -> str:
     return f"{nbytes / 2**20:.1f} MiB"
 
 
-def parse_nbytes(text: str, *, name: str = MAX_IDLE_ENV) -> int | None:
-    """``"auto"`` as ``None``; ``"1048576"``, ``"64MiB"``, ``"1.5 GB"`` as bytes."""
-    if text.strip().lower() == "auto":
-        return None
-    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([kmgt]i?b|b)?\s*", text.lower())
-    if match is None:
-        raise ValueError(
-            f"{name}={text!r} is not valid; give \"auto\" or a number of bytes, optionally "
-            "with a unit (B, KiB, MiB, GiB, TiB, KB, MB, GB, TB), e.g. \"256MiB\""
-        )
-    return int(float(match.group(1)) * _UNITS[match.group(2) or ""])
-
-
 def _check_max_idle(value: Any) -> int | None:
     """A bound on idle bytes: ``None`` or ``"auto"`` (auto), an integer, or a string
     such as ``"256MiB"``."""
     if isinstance(value, str):
-        return parse_nbytes(value, name="max_idle_bytes")
+        return parse_nbytes("max_idle_bytes", value)
     if value is not None and (isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 0):
         raise ValueError(f"max_idle_bytes={value!r} is not valid; give \"auto\" (or None), a "
                          "non-negative integer number of bytes, or a size such as \"256MiB\"")
@@ -295,11 +280,11 @@ class HostPool:
 
     def _trim(self) -> None:
         """Release idle blocks past the bound, least recently used first."""
-        bound = self._idle_bound()
+        bound, gone = self._idle_bound(), self._had_graphs and not self._graphs
         if self._stats.idle_bytes <= bound:
             return
-        nbytes = self._release_idle(self._stats.idle_bytes - bound)
-        if self._had_graphs and not self._graphs:
+        nbytes = self._release_idle(self._stats.idle_bytes - bound, wait=gone)
+        if gone:
             self._stats.peak_in_use_bytes = self._verified_in_use = 0
             log.info("offload: host pool released %s of idle blocks: no compiled graph "
                      "using it is alive (%s still checked out)", mib(nbytes), mib(self._stats.in_use_bytes))
@@ -312,19 +297,23 @@ class HostPool:
             log.debug("offload: host pool released %s of idle blocks past its bound of %s",
                       mib(nbytes), mib(bound))
 
-    def _release_idle(self, nbytes: int) -> int:
+    def _release_idle(self, nbytes: int, *, wait: bool = False) -> int:
         """Release idle blocks, least recently used first, until ``nbytes`` are released
-        (all of them with ``nbytes`` past the idle total). Returns the bytes released."""
+        (all with ``nbytes`` past the idle total); returns the bytes released. ``wait``
+        (off the step's path) waits for the copies that touched them, else torch's host
+        allocator keeps their pinned memory until a later release after they finish."""
         if nbytes <= 0:
             return 0
-        released, pinned = self._drop_idle(nbytes)
-        if pinned:  # the blocks are gone (no reference left here): unpin their memory
+        released, events = self._drop_idle(nbytes)
+        if events is not None:  # pinned blocks, now without a reference here
+            for event in events if wait else ():
+                event.synchronize()
             _unpin_cached()
         return released
 
-    def _drop_idle(self, nbytes: int) -> tuple[int, bool]:
+    def _drop_idle(self, nbytes: int) -> tuple[int, list | None]:
         idle = sorted((b for blocks in self._free.values() for b in blocks), key=lambda b: b.last_used)
-        released, pinned = 0, False
+        released, events = 0, None
         for block in idle:
             if released >= nbytes:
                 break
@@ -335,24 +324,23 @@ class HostPool:
             self._stats.released_blocks += 1
             self._stats.released_bytes += block.nbytes
             released += block.nbytes
-            pinned = pinned or block.pinned
+            if block.pinned:
+                events = (events or []) + block.events + [e for e in (block.ready_event,) if e is not None]
         self._free = {key: blocks for key, blocks in self._free.items() if blocks}
-        return released, pinned
+        return released, events
 
     def empty(self) -> int:
         """Release every idle block now; returns the bytes released. Blocks checked out
         (tensors alive that view them) are left alone: they come back when those die."""
         with self._lock:
             self._reclaim()
-            nbytes = self._release_idle(self._stats.idle_bytes)
+            nbytes = self._release_idle(self._stats.idle_bytes, wait=True)
             in_use = self._stats.in_use_bytes
         log.debug("offload: host pool emptied: released %s; %s still checked out",
                  mib(nbytes), mib(in_use))
         return nbytes
 
-    def clear(self) -> None:
-        """Same as :meth:`empty`."""
-        self.empty()
+    clear = empty
 
     def register_graph(self, compiled: Callable[..., Any], owners: Sequence[Any] = ()) -> None:
         """Note that ``compiled`` (the function that runs one compiled graph) may use the
@@ -401,7 +389,7 @@ class HostPool:
 
 def _pool_from_env() -> HostPool:
     text = os.environ.get(MAX_IDLE_ENV)
-    return HostPool(max_idle_bytes=None if text is None else parse_nbytes(text))
+    return HostPool(max_idle_bytes=None if text is None else parse_nbytes(MAX_IDLE_ENV, text))
 
 
 _pool = _pool_from_env()
