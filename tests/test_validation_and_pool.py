@@ -262,6 +262,32 @@ def test_releasing_pinned_blocks_unpins_the_cached_memory(monkeypatch):
     assert calls == [1]
 
 
+def test_release_waits_for_copies_only_off_the_steps_path(monkeypatch):
+    """empty() waits for the copies that touched a pinned block before unpinning (torch's
+    host cache would keep it otherwise); a release inside a step's acquire never waits."""
+    monkeypatch.setattr(pool_module, "_unpin_cached", lambda: None)
+    waited = []
+
+    class Event:
+        def synchronize(self):
+            waited.append(self)
+
+    pool = HostPool(max_idle_bytes=0)
+    pool.allocator = lambda nbytes, pinned: torch.empty(nbytes, dtype=torch.uint8)  # CPU stand-in
+    host, block = pool.acquire(torch.empty(1024, device="meta"), pinned=True)
+    block.ready_event = Event()
+    del host
+    second = pool.acquire(torch.empty(4096, device="meta"), pinned=True)  # releases the idle one
+    assert pool.stats().released_blocks == 1 and waited == []
+    del second
+    pool.max_idle_bytes = "auto"
+    host, block = pool.acquire(torch.empty(1024, device="meta"), pinned=True)
+    block.events = [Event()]
+    del host
+    pool.empty()
+    assert waited == block.events
+
+
 def _offloading_model():
     torch._dynamo.reset()  # graphs compiled by earlier tests are not alive any more
     gc.collect()
