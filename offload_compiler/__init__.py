@@ -12,7 +12,7 @@ from .decision import Decision
 from .reporting.explain import Report, explain
 from .reporting.graph_text import graph_text
 from .reporting.records import DecisionRecord, GraphPlan, Predictions
-from .runtime import host_pool
+from .runtime import empty_host_pool, host_pool
 
 register()
 
@@ -24,6 +24,7 @@ __all__ = [
     "OffloadConfig",
     "Predictions",
     "Report",
+    "empty_host_pool",
     "explain",
     "graph_text",
     "host_pool",

@@ -17,6 +17,7 @@ import torch.fx as fx
 from .config import OffloadConfig
 from .partitioner import OffloadPartitioner
 from .reporting.records import GraphPlan
+from .runtime.pool import host_pool
 
 log = logging.getLogger("offload_compiler")
 
@@ -62,9 +63,9 @@ class OffloadBackend:
 
             lowering.install()
 
-            return compile_fx(
+            return _uses_pool(config, compile_fx(
                 gm, example_inputs, config_patches={"custom_partitioner_fn": partitioner}
-            )
+            ), example_inputs)
         from functorch.compile import make_boxed_func
         from torch._dynamo.backends.common import aot_autograd
 
@@ -74,10 +75,24 @@ class OffloadBackend:
         # As torch's own aot_eager: buffers the step mutates (BatchNorm's running
         # statistics) are updated inside the forward graph, not after it, so a value
         # saved for backward is never a buffer written over before backward reads it.
-        return aot_autograd(
+        return _uses_pool(config, aot_autograd(
             fw_compiler=run_fx, bw_compiler=run_fx, partition_fn=partitioner,
             keep_inference_input_mutations=True,
-        )(gm, example_inputs)
+        )(gm, example_inputs), example_inputs)
+
+
+def _uses_pool(config: OffloadConfig, compiled: Callable[..., Any], example_inputs: Sequence[Any]) -> Callable[..., Any]:
+    """Tell the host pool that ``compiled`` may use it while it and the model's
+    parameters it takes are alive; after that the pool gives its idle memory back
+    (``runtime/pool.py``). Registered is the function Dynamo keeps (it unwraps
+    ``disable`` wrappers, ``innermost_fn``, and drops the one it was given)."""
+    if config.policy == "none":
+        return compiled
+    from torch._dynamo.eval_frame import innermost_fn
+
+    params = [x for x in example_inputs if isinstance(x, torch.nn.Parameter)]
+    host_pool().register_graph(innermost_fn(compiled), owners=params)
+    return compiled
 
 
 def _plan_key(gm: fx.GraphModule, example_inputs: Sequence[Any], config: OffloadConfig) -> str | None:

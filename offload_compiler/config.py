@@ -11,9 +11,14 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import math
+import numbers
 import os
+import re
 from dataclasses import dataclass
 from typing import Any, Literal, Mapping, get_args
+
+import torch
 
 InnerCompiler = Literal["inductor", "eager"]
 Policy = Literal["cost_model", "all", "none"]
@@ -44,7 +49,10 @@ class OffloadConfig:
     devices: tuple[str, ...] = DEFAULT_DEVICES
     """Device types whose activations may be offloaded. Default ``("cuda",)``.
     ``("cpu",)`` is the loopback mode used by tests on machines without a GPU: the
-    graph rewrite is the same, copies go to separate host buffers."""
+    graph rewrite is the same, copies go to separate host buffers. Entries may be
+    given as ``"cuda:0"`` or ``torch.device("cuda", 0)``; they are stored as their
+    type (``"cuda"``): the option names device *types*, and activations on every
+    device of a named type may be offloaded."""
 
     min_offload_bytes: int = 1 << 20
     """Activations smaller than this many bytes are kept on the device: not copied (a
@@ -127,50 +135,36 @@ class OffloadConfig:
             raise ValueError(
                 f"node_costs={self.node_costs!r} is not valid; choose one of {_choices(NodeCosts)}"
             )
-        if isinstance(self.copy_margin, bool) or not isinstance(self.copy_margin, (int, float)) \
-                or not 0 <= self.copy_margin < 1:
-            raise ValueError(f"copy_margin={self.copy_margin!r} is not valid; it must be a "
-                             "number in [0, 1) (the fraction of copy bandwidth held back)")
+        self._set("copy_margin", real_in_range(
+            "copy_margin", self.copy_margin, 0.0, 1.0, hi_open=True,
+            meaning="the fraction of copy bandwidth held back"))
         if self.policy not in _choices(Policy):
             raise ValueError(
                 f"policy={self.policy!r} is not valid; choose one of {_choices(Policy)}"
             )
-        devices = self.devices
-        if isinstance(devices, str):
-            devices = (devices,)
-        if not isinstance(devices, (tuple, list)) or not devices:
-            raise ValueError(
-                f"devices={self.devices!r} is not valid; give a non-empty tuple of "
-                f"device types from {SUPPORTED_DEVICE_TYPES}"
-            )
-        for d in devices:
-            if d not in SUPPORTED_DEVICE_TYPES:
-                raise ValueError(
-                    f"devices contains {d!r}, which is not valid; each device type must "
-                    f"be one of {SUPPORTED_DEVICE_TYPES}"
-                )
-        if len(set(devices)) != len(devices):
-            raise ValueError(f"devices={tuple(devices)!r} names a device type twice")
-        object.__setattr__(self, "devices", tuple(devices))
-        _check_int("min_offload_bytes", self.min_offload_bytes, allow_none=False)
-        _check_int("max_host_bytes", self.max_host_bytes, allow_none=True)
-        _check_int("prefetch_depth", self.prefetch_depth, allow_none=False)
-        _check_budget(self.memory_budget)
+        self._set("devices", _device_types(self.devices))
+        self._set("min_offload_bytes", _check_int("min_offload_bytes", self.min_offload_bytes, allow_none=False))
+        self._set("max_host_bytes", _check_int("max_host_bytes", self.max_host_bytes, allow_none=True))
+        self._set("prefetch_depth", _check_int("prefetch_depth", self.prefetch_depth, allow_none=False))
+        self._set("memory_budget", _check_budget(self.memory_budget))
         if not isinstance(self.plan_cache, bool):
             raise ValueError(f"plan_cache={self.plan_cache!r} is not valid; give True or False")
         if self.dump_dir is not None and not isinstance(self.dump_dir, (str, os.PathLike)):
             raise ValueError(f"dump_dir={self.dump_dir!r} is not valid; give a folder path or None")
         if self.dump_dir is not None:
-            object.__setattr__(self, "dump_dir", os.fspath(self.dump_dir))
-        if isinstance(self.max_overhead, bool) or not isinstance(self.max_overhead, (int, float)) \
-                or self.max_overhead < 0:
-            raise ValueError(f"max_overhead={self.max_overhead!r} is not valid; it must be a "
-                             "non-negative number (a fraction of the step time)")
+            self._set("dump_dir", os.fspath(self.dump_dir))
+        self._set("max_overhead", real_in_range(
+            "max_overhead", self.max_overhead, 0.0, math.inf,
+            meaning="a non-negative number: the allowed step-time increase, as a fraction of the step"))
         from .planning.hardware import validate_overrides
 
-        validate_overrides(self.hardware)
-        if self.hardware is not None:
-            object.__setattr__(self, "hardware", tuple(sorted(self.hardware.items())))
+        hardware = validate_overrides(self.hardware)
+        if hardware is not None:  # sorted pairs of floats, so the config stays hashable
+            self._set("hardware", tuple(sorted(hardware.items())))
+
+    def _set(self, name: str, value: Any) -> None:
+        """Store a validated, normalised value in the frozen dataclass."""
+        object.__setattr__(self, name, value)
 
     @classmethod
     def from_options(cls, options: Mapping[str, Any] | None) -> "OffloadConfig":
@@ -211,22 +205,125 @@ def valid_keys_text() -> str:
     return f"valid options are {list(option_names())}"
 
 
-def _check_budget(value: Any) -> None:
-    ok = (
-        value == "auto"
-        or (isinstance(value, float) and 0.0 < value <= 1.0)
-        or (isinstance(value, int) and not isinstance(value, bool) and value >= 0)
-    )
+def is_real(value: Any) -> bool:
+    """A real number (``numbers.Real``: Python, NumPy or other), not a bool."""
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+def is_integral(value: Any) -> bool:
+    """An integer (``numbers.Integral``: Python, NumPy or other), not a bool."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def _range_text(lo: float, hi: float, lo_open: bool, hi_open: bool) -> str:
+    def end(x: float) -> str:
+        return "inf" if math.isinf(x) else repr(x).removesuffix(".0")
+
+    return f"{'(' if lo_open else '['}{end(lo)}, {end(hi)}{')' if hi_open or math.isinf(hi) else ']'}"
+
+
+def real_in_range(
+    name: str, value: Any, lo: float, hi: float, *, lo_open: bool = False,
+    hi_open: bool = False, meaning: str = "",
+) -> float:
+    """``value`` as a Python ``float`` if it is a finite real number in the range, else a
+    ``ValueError`` naming ``name``, the value and the range (``meaning`` says what it is).
+
+    Any ``numbers.Real`` is accepted (``np.float32(0.5)`` as well as ``0.5``); bools,
+    NaN and infinities are not.
+    """
+    ok = is_real(value)
+    if ok:
+        number = float(value)
+        ok = (math.isfinite(number) and (number > lo if lo_open else number >= lo)
+              and (number < hi if hi_open else number <= hi))
     if not ok:
+        what = f" ({meaning})" if meaning else ""
         raise ValueError(
-            f"memory_budget={value!r} is not valid; give \"auto\", a float fraction in "
-            "(0, 1] of the activation peak, or an int number of bytes"
+            f"{name}={value!r} is not valid; it must be a finite number in "
+            f"{_range_text(lo, hi, lo_open, hi_open)}{what}"
         )
+    return number
 
 
-def _check_int(name: str, value: Any, *, allow_none: bool) -> None:
+def _device_types(devices: Any) -> tuple[str, ...]:
+    """``devices`` as a tuple of supported device types, each named once.
+
+    Entries may be types (``"cuda"``), ``"type:index"`` strings or ``torch.device``
+    objects; the index is dropped (the option names device types)."""
+    given = devices
+    if isinstance(devices, (str, torch.device)):
+        devices = (devices,)
+    if not isinstance(devices, (tuple, list)) or not devices:
+        raise ValueError(
+            f"devices={given!r} is not valid; give a non-empty tuple of "
+            f"device types from {SUPPORTED_DEVICE_TYPES}"
+        )
+    types = []
+    for d in devices:
+        kind = None
+        if isinstance(d, torch.device):
+            kind = d.type
+        elif isinstance(d, str):
+            try:
+                kind = torch.device(d).type
+            except RuntimeError:
+                kind = None
+        if kind not in SUPPORTED_DEVICE_TYPES:
+            raise ValueError(
+                f"devices contains {d!r}, which is not valid; each entry must be a device "
+                f"type from {SUPPORTED_DEVICE_TYPES}, a \"type:index\" string or a "
+                "torch.device of one of those types"
+            )
+        if kind in types:
+            raise ValueError(
+                f"devices={tuple(devices)!r} names the device type {kind!r} twice; devices "
+                "are types (every device of a named type may offload), so name each once"
+            )
+        types.append(kind)
+    return tuple(types)
+
+
+_SIZE_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
+               "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40}
+
+
+def parse_nbytes(name: str, text: str) -> int | None:
+    """A size given as text: ``"auto"`` as ``None``; ``"1048576"``, ``"64MiB"``, ``"1.5 GB"``
+    as bytes; else a ``ValueError`` naming ``name``."""
+    if text.strip().lower() == "auto":
+        return None
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([kmgt]i?b|b)?\s*", text.lower())
+    if match is None:
+        raise ValueError(
+            f"{name}={text!r} is not valid; give \"auto\" or a number of bytes, optionally "
+            "with a unit (B, KiB, MiB, GiB, TiB, KB, MB, GB, TB), e.g. \"256MiB\""
+        )
+    return int(float(match.group(1)) * _SIZE_UNITS[match.group(2) or ""])
+
+
+def _check_budget(value: Any) -> float | int | str:
+    """``memory_budget`` normalised: ``"auto"``, a Python ``int`` of bytes (any integer
+    value) or a Python ``float`` fraction in (0, 1] (any other real value)."""
+    if isinstance(value, str) and value == "auto":
+        return value
+    if is_integral(value) and int(value) >= 0:
+        return int(value)
+    if is_real(value) and not is_integral(value):
+        number = float(value)
+        if math.isfinite(number) and 0.0 < number <= 1.0:
+            return number
+    raise ValueError(
+        f"memory_budget={value!r} is not valid; give \"auto\", a float fraction in "
+        "(0, 1] of the activation peak, or an int number of bytes (>= 0)"
+    )
+
+
+def _check_int(name: str, value: Any, *, allow_none: bool) -> int | None:
+    """``value`` as a Python ``int`` (any ``numbers.Integral``, not a bool, at least 0)."""
     if value is None and allow_none:
-        return
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        return None
+    if not is_integral(value) or value < 0:
         allowed = "a non-negative integer" + (" or None" if allow_none else "")
         raise ValueError(f"{name}={value!r} is not valid; it must be {allowed}")
+    return int(value)

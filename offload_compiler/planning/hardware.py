@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import math
 import re
 import time
 from dataclasses import dataclass
@@ -22,6 +23,8 @@ from pathlib import Path
 from typing import Any, Mapping
 
 import torch
+
+from ..config import real_in_range
 
 log = logging.getLogger(__name__)
 
@@ -73,21 +76,34 @@ CPU_PROFILE = HardwareProfile(
 FIELDS = tuple(f.name for f in dataclasses.fields(HardwareProfile) if f.name != "name")
 
 
-def validate_overrides(overrides: Mapping[str, Any] | None) -> None:
-    """Raise ``ValueError`` unless every key is a profile field with a positive number."""
+#: Unit of each override, for messages.
+_UNITS = {"launch_us": "microseconds", "copy_slowdown": "a fraction"}
+
+
+def validate_overrides(overrides: Mapping[str, Any] | None) -> dict[str, float] | None:
+    """The overrides as ``{field: float}``, or ``ValueError`` naming the bad key or value.
+
+    Every key must be a profile field; every value a finite real number (any
+    ``numbers.Real``, ``np.float32`` included, not a bool): positive, or in [0, 1) for
+    ``copy_slowdown``. Values are returned as Python floats.
+    """
     if overrides is None:
-        return
+        return None
     if not isinstance(overrides, Mapping):
-        raise ValueError(f"hardware must be a dict with keys from {list(FIELDS)}")
+        raise ValueError(f"hardware={overrides!r} is not valid; give a dict with keys from {list(FIELDS)}")
+    out = {}
     for key, value in overrides.items():
         if key not in FIELDS:
             raise ValueError(f"hardware has unknown key {key!r}; valid keys are {list(FIELDS)}")
-        number = not isinstance(value, bool) and isinstance(value, (int, float))
+        name = f"hardware[{key!r}]"
         if key == "copy_slowdown":
-            if not number or not 0 <= value < 1:
-                raise ValueError(f"hardware[{key!r}]={value!r} must be a number in [0, 1)")
-        elif not number or value <= 0:
-            raise ValueError(f"hardware[{key!r}]={value!r} must be a positive number")
+            out[key] = real_in_range(name, value, 0.0, 1.0, hi_open=True,
+                                     meaning="a fraction: how much slower kernels run beside copies")
+        else:
+            unit = _UNITS.get(key) or ("GB/s" if key.endswith("_gbps") else "TFLOP/s")
+            out[key] = real_in_range(name, value, 0.0, math.inf, lo_open=True,
+                                     meaning=f"a positive number, in {unit}")
+    return out
 
 
 def _cache_dir() -> Path:
@@ -119,8 +135,7 @@ def profile_for(device: torch.device | str, overrides: Mapping[str, Any] | None 
     else:
         base = CPU_PROFILE
     if overrides:
-        validate_overrides(overrides)
-        base = dataclasses.replace(base, **{k: float(v) for k, v in overrides.items()})
+        base = dataclasses.replace(base, **validate_overrides(overrides))
     return base
 
 

@@ -5,6 +5,6 @@ time share streams and buffers.
 """
 
 from . import ops, streams
-from .pool import HostPool, PoolStats, host_pool
+from .pool import HostPool, PoolStats, empty_host_pool, host_pool
 
-__all__ = ["HostPool", "PoolStats", "host_pool", "ops", "streams"]
+__all__ = ["HostPool", "PoolStats", "empty_host_pool", "host_pool", "ops", "streams"]
