@@ -62,7 +62,7 @@ class OffloadPartitioner(CustomPartitionerFn):
         kwargs.setdefault("compiler", "inductor")
         num_fwd_outputs = kwargs["num_fwd_outputs"]
         graph_id = next(_graph_ids)
-        dumper = Dumper(dump_root(self.config.dump_dir))
+        dumper = Dumper(dump_root(self.config.dump_dir), graph_id)
         dumper.joint(gm)
 
         def repartition() -> tuple[fx.GraphModule, fx.GraphModule, list]:
