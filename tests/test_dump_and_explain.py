@@ -1,6 +1,7 @@
 """Issue 20: dumps that never stop training, ``inspect`` on partial dumps, graph numbers
 that agree with dump folder names, and ``explain`` that leaves the model as it was."""
 
+import copy
 import errno
 import json
 import logging
@@ -230,51 +231,70 @@ class NormDropout(nn.Module):
 
 
 def _snapshot(model):
-    return {k: v.detach().clone() for k, v in model.state_dict(keep_vars=True).items()}
+    """Copies of the state tensors, the tensors themselves, and the CPU generator state."""
+    tensors = dict(model.state_dict(keep_vars=True))
+    return {k: v.detach().clone() for k, v in tensors.items()}, tensors, torch.get_rng_state()
 
 
-def _assert_unchanged(model, before, tensors):
+def _assert_unchanged(model, snapshot):
+    copies, tensors, rng = snapshot
     after = model.state_dict(keep_vars=True)
-    assert after.keys() == before.keys()
-    for k, v in after.items():
-        assert torch.equal(v, before[k]), f"{k} changed"
-    for k, t in tensors.items():
-        assert after[k] is t, f"{k} is a new tensor; the model's own one must be kept"
+    assert after.keys() == copies.keys()
+    changed = [k for k, v in after.items() if not torch.equal(v, copies[k])]
+    changed += [f"{k} (a new tensor)" for k, t in tensors.items() if after[k] is not t]
+    changed += ["the CPU RNG state"] * (not torch.equal(torch.get_rng_state(), rng))
+    assert not changed, f"explain changed {', '.join(changed)}"
 
 
 def test_explain_leaves_parameters_buffers_and_rng_as_they_were():
     torch.manual_seed(0)
     model = NormDropout()
     model.bn.running_mean.uniform_()  # not the defaults, so a reset to them would show
-    before, tensors = _snapshot(model), dict(model.state_dict(keep_vars=True))
-    rng = torch.get_rng_state()
-    report = offload_compiler.explain(model, torch.randn(16, 32), **loopback(inner_compiler="eager"))
+    x = torch.randn(16, 32)
+    snapshot = _snapshot(model)
+    report = offload_compiler.explain(model, x, **loopback(inner_compiler="eager"))
     assert report.decisions
-    _assert_unchanged(model, before, tensors)
-    assert torch.equal(torch.get_rng_state(), rng)
+    _assert_unchanged(model, snapshot)
     assert model.training
 
 
 def test_explain_restores_the_model_when_its_forward_fails():
     torch.manual_seed(0)
     model = NormDropout(fail=True)
-    before, tensors = _snapshot(model), dict(model.state_dict(keep_vars=True))
-    rng = torch.get_rng_state()
+    x = torch.randn(16, 32)
+    snapshot = _snapshot(model)
     with pytest.raises(ValueError, match="forward fails"):
-        offload_compiler.explain(model, torch.randn(16, 32), **loopback(inner_compiler="eager"))
-    _assert_unchanged(model, before, tensors)
-    assert torch.equal(torch.get_rng_state(), rng)
+        offload_compiler.explain(model, x, **loopback(inner_compiler="eager"))
+    _assert_unchanged(model, snapshot)
+
+
+def test_explain_between_forward_and_backward_leaves_the_pending_backward_valid():
+    # Only what the forward changed is written back: the weights a pending backward
+    # saved keep their version counters, so that backward still runs, with the same result.
+    # (Not with BatchNorm: eager BatchNorm saves its running statistics for backward, and
+    # explain's forward updates them before they are restored.)
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Dropout(0.3), nn.Linear(64, 1))
+    x = torch.randn(16, 32)
+    reference = copy.deepcopy(model)
+    torch.manual_seed(1)
+    reference(x).sum().backward()
+    torch.manual_seed(1)
+    loss = model(x).sum()
+    offload_compiler.explain(model, x, **loopback(inner_compiler="eager"))
+    loss.backward()
+    for (name, p), q in zip(model.named_parameters(), reference.parameters(), strict=True):
+        assert torch.equal(p.grad, q.grad), name
 
 
 @pytest.mark.gpu
 def test_explain_leaves_the_cuda_rng_as_it_was():
     torch.manual_seed(0)
     model = NormDropout().cuda()
-    before, tensors = _snapshot(model), dict(model.state_dict(keep_vars=True))
-    cpu_rng, cuda_rng = torch.get_rng_state(), torch.cuda.get_rng_state_all()
-    report = offload_compiler.explain(model, torch.randn(16, 32, device="cuda"),
+    x = torch.randn(16, 32, device="cuda")
+    snapshot, cuda_rng = _snapshot(model), torch.cuda.get_rng_state_all()
+    report = offload_compiler.explain(model, x,
                                       memory_budget=0.5, min_offload_bytes=0)
     assert report.graphs
-    _assert_unchanged(model, before, tensors)
-    assert torch.equal(torch.get_rng_state(), cpu_rng)
+    _assert_unchanged(model, snapshot)
     assert all(torch.equal(a, b) for a, b in zip(torch.cuda.get_rng_state_all(), cuda_rng))
