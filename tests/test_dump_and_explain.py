@@ -298,3 +298,17 @@ def test_explain_leaves_the_cuda_rng_as_it_was():
     assert report.graphs
     _assert_unchanged(model, snapshot)
     assert all(torch.equal(a, b) for a, b in zip(torch.cuda.get_rng_state_all(), cuda_rng))
+
+
+@pytest.mark.parametrize("a, b, same", [
+    (torch.tensor([0.0, float("nan")]), torch.tensor([0.0, float("nan")]), True),  # NaN is itself
+    (torch.tensor([0.0]), torch.tensor([-0.0]), False),                            # signed zeros differ
+    (torch.tensor([True, False]), torch.tensor([True, False]), True),
+    (torch.ones(4, 3).t(), torch.ones(4, 3).t().clone(), True),                    # strides
+    (torch.ones(2, dtype=torch.complex128), torch.ones(2, dtype=torch.complex128), True),
+    (torch.ones(2), torch.ones(2, dtype=torch.float64), False),
+    (torch.eye(2).to_sparse(), torch.eye(2).to_sparse(), False),                   # always written back
+], ids=["nan", "signed_zero", "bool", "transposed", "complex", "dtype", "sparse"])
+def test_explain_compares_state_bit_for_bit(a, b, same):
+    from offload_compiler.reporting.explain import _same_bits
+    assert _same_bits(a, b) is same

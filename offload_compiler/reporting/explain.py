@@ -98,9 +98,11 @@ def _state_kept(model: torch.nn.Module) -> Iterator[None]:
 
 
 def _same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
-    """Bitwise equality (NaN equals itself, -0.0 differs from 0.0)."""
+    """Bitwise equality (NaN equals itself, -0.0 differs from 0.0). Tensors that are not
+    strided (sparse buffers) count as changed: writing them back is always right."""
+    if a.layout != torch.strided or b.layout != torch.strided or a.dtype != b.dtype or a.shape != b.shape:
+        return False
     as_int = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}.get(a.element_size())
-    if (as_int is None or a.is_complex() or a.layout != torch.strided or b.layout != torch.strided
-            or a.dtype != b.dtype or a.shape != b.shape):
-        return a.dtype == b.dtype and a.shape == b.shape and torch.equal(a, b)
+    if as_int is None or a.is_complex():
+        return torch.equal(a, b)
     return torch.equal(a.view(as_int), b.view(as_int))
