@@ -34,7 +34,7 @@ from .config import OffloadConfig
 from .planning import Partition, PlannedGraph, plan_graph
 from .planning import cache
 from .planning.decide import offloads_of
-from .planning.search import replay
+from .planning.search import progress, replay
 from .reporting import tables
 from .reporting.dump import Dumper, dump_root
 from .reporting.records import GraphPlan
@@ -79,7 +79,7 @@ class OffloadPartitioner(CustomPartitionerFn):
         kwargs.setdefault("compiler", "inductor")
         num_fwd_outputs = kwargs["num_fwd_outputs"]
         graph_id = next(_graph_ids)
-        dumper = Dumper(dump_root(self.config.dump_dir))
+        dumper = Dumper(dump_root(self.config.dump_dir), graph_id)
         dumper.joint(gm)
 
         def repartition() -> tuple[fx.GraphModule, fx.GraphModule, list]:
@@ -110,18 +110,20 @@ class OffloadPartitioner(CustomPartitionerFn):
         entry = cache.load(self.cache_key) if self.cache_key else None
         if entry is None:
             return None
+        if dumper.enabled and not entry.graph_texts:
+            return None  # plan afresh, so the dump has every stage (and the entry gets them)
         if entry.joint_hash != joint_hash:
-            log.info("offload: graph %d: the plan cache holds a plan for another joint graph under "
+            progress.info("offload: graph %d: the plan cache holds a plan for another joint graph under "
                      "this key; planning afresh", graph_id)
             return None
         planned = replay(gm, entry.recompute_tags, dataclasses.replace(entry.plan, graph_id=graph_id),
                          entry.release_after, entry.issue_before, repartition)
         if planned is None:
-            log.info("offload: graph %d: the cached plan does not fit this partition; planning "
+            progress.info("offload: graph %d: the cached plan does not fit this partition; planning "
                      "afresh", graph_id)
             return None
-        log.info("offload: graph %d: plan taken from the plan cache (no planning)", graph_id)
-        dumper.stage("recomputed" if planned.recomputed else "partitioned", planned.fw_gm, planned.bw_gm)
+        progress.info("offload: graph %d: plan taken from the plan cache (no planning)", graph_id)
+        dumper.replay(entry.graph_texts)  # the stages as the compile that planned wrote them
         return planned
 
     def _rewrite(self, planned: PlannedGraph, num_fwd_outputs: int, dumper: Dumper):
@@ -147,9 +149,9 @@ class OffloadPartitioner(CustomPartitionerFn):
                       "needed, or Inductor's cache held it and the plan cache was cleared)")
             return None
         plan = dataclasses.replace(entry.plan, graph_id=next(_graph_ids))
-        dumper = Dumper(dump_root(self.config.dump_dir))
+        dumper = Dumper(dump_root(self.config.dump_dir), plan.graph_id)
         dumper.replay(entry.graph_texts)
-        log.info("offload: graph %d: compiled graphs from Inductor's cache, plan from the plan "
+        progress.info("offload: graph %d: compiled graphs from Inductor's cache, plan from the plan "
                  "cache", plan.graph_id)
         self._report(plan, dumper)
         return plan

@@ -152,7 +152,7 @@ def _cuda_profile(device: torch.device) -> HardwareProfile:
         except (TypeError, ValueError):
             profile = None
     if profile is None:
-        log.info("offload: calibrating %s (copies, matmuls, attention; once per GPU and torch "
+        logging.getLogger("offload_compiler.progress").info("offload: calibrating %s (copies, matmuls, attention; once per GPU and torch "
                  "version, cached in %s)", name, path)
         profile = calibrate(device)
         try:

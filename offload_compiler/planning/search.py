@@ -39,7 +39,9 @@ from .hardware import profile_for
 from .simulator import Lanes, SimResult
 from .solver import Solution, bisect_budgets, solve
 
-log = logging.getLogger("offload_compiler")
+#: Progress of a compile, one line per phase (a child of ``offload_compiler``, so the
+#: one INFO summary per graph stays alone on that logger).
+progress = logging.getLogger("offload_compiler.progress")
 
 #: Solve, repartition, check against a fixed budget: at most this many times.
 MAX_ROUNDS = 3
@@ -154,7 +156,7 @@ def _plan_cost_model(joint_gm, start: Partition, num_fwd_outputs: int, config: O
     start = dataclasses.replace(start, facts=facts)
     baseline = final_simulation(facts, {}, lanes)
     budget = Budget.settle(config.memory_budget, baseline.peak_bytes)
-    log.info("offload: graph %d: planning %d saved activations (%s; peak %s, step %.2f ms with "
+    progress.info("offload: graph %d: planning %d saved activations (%s; peak %s, step %.2f ms with "
              "nothing moved) for %s; costed in %.1f s", graph_id, len(facts.tensors),
              _mib(sum(x.nbytes for x in facts.tensors)), _mib(baseline.peak_bytes),
              baseline.step_ms, budget.describe(), time.perf_counter() - t0)
@@ -163,12 +165,12 @@ def _plan_cost_model(joint_gm, start: Partition, num_fwd_outputs: int, config: O
                                 baseline, cost, budget, repartition)
     t1 = time.perf_counter()
     best = realise(budget.nbytes)
-    log.info("offload: graph %d: solved and realised in %.1f s: peak %s, step %.2f ms",
+    progress.info("offload: graph %d: solved and realised in %.1f s: peak %s, step %.2f ms",
              graph_id, time.perf_counter() - t1, _mib(best.final.peak_bytes), best.final.step_ms)
     if budget.auto and any(o.can_recompute for o in facts.options.values()):
         best = _search_realised(best, realise, baseline, joint_gm, tags, config.max_overhead,
                                 graph_id)
-    log.info("offload: graph %d: planned in %.1f s", graph_id, time.perf_counter() - t0)
+    progress.info("offload: graph %d: planned in %.1f s", graph_id, time.perf_counter() - t0)
     # What an earlier round recomputed and the last round's partition still saves
     # (min-cut kept it), the last round decided on: its decision stands.
     solution = dataclasses.replace(
@@ -260,7 +262,7 @@ def _search_realised(first: _Realised, realise, baseline: SimResult, joint_gm: f
         _restore_tags(joint_gm, tags)
         trial = realise(budget)
         within = trial.final.step_ms <= limit_ms
-        log.info("offload: graph %d: \"auto\" probe %d/%d: budget %s -> peak %s, step %.2f ms "
+        progress.info("offload: graph %d: \"auto\" probe %d/%d: budget %s -> peak %s, step %.2f ms "
                  "(%s the limit of %.2f ms), %.1f s", graph_id, probe, AUTO_REALISED_STEPS,
                  _mib(budget), _mib(trial.final.peak_bytes), trial.final.step_ms,
                  "within" if within else "over", limit_ms, time.perf_counter() - t0)

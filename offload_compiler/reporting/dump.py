@@ -12,13 +12,28 @@ variable ``OFFLOAD_COMPILER_DUMP_DIR``) is set.
 
 Graph files are readable, runnable Python (``import offload_compiler`` registers the
 transfer ops) with shapes, strides, dtypes and devices in the annotations. A stage is
-written only if it changed the graph. Folder names count the graphs compiled into the
-dump directory by this process, in order, so a rerun writes the same names.
+written only if it changed the graph.
+
+Two numbers, both shown. Folder names count the graphs compiled into *this dump
+directory* by this process, in order, so a rerun writes the same names. The graph id
+(``graph 2`` in the INFO log line, ``GraphPlan.graph_id``, ``plan.json``'s ``graph_id``)
+counts every graph the backend planned in the process, whatever its dump directory, so
+the two differ as soon as a process compiles with more than one backend or dump
+directory. Every file written names both: the first line of ``summary.txt`` and
+``plan.txt`` and a comment at the top of every graph file read
+``graph 2 (dump folder graph_000)``; ``plan.json`` has ``graph_id`` and
+``dump_folder``; the trace in ``timeline.json`` is titled the same way.
+
+A dump never stops training: a folder that cannot be created or a file that cannot be
+written (a path under a regular file, a full disk) is logged once per dump directory
+per process, at WARNING with the folder and the OS error, and that graph's dump stops
+there (what was written stays, and ``inspect`` says what is missing).
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import threading
 from pathlib import Path
@@ -30,6 +45,8 @@ from . import tables, timeline
 from .graph_text import graph_text
 from .records import GraphPlan
 
+log = logging.getLogger(__name__)
+
 ENV = "OFFLOAD_COMPILER_DUMP_DIR"
 HEADER = ("# Dumped by offload_compiler. Runnable: build the module with the inputs its\n"
           "# signature names. Annotations give dtype[shape][strides]device.\n"
@@ -38,6 +55,7 @@ HEADER = ("# Dumped by offload_compiler. Runnable: build the module with the inp
 
 _lock = threading.Lock()
 _counters: dict[str, int] = {}
+_warned: set[str] = set()
 
 
 def dump_root(config_dir: str | None) -> Path | None:
@@ -45,44 +63,65 @@ def dump_root(config_dir: str | None) -> Path | None:
     return Path(root) if root else None
 
 
-class Dumper:
-    """Collects the stages of one graph and writes them (a no-op without a root)."""
+def _key(root: Path) -> str:
+    return os.path.realpath(root)  # never raises, unlike Path.resolve on some paths
 
-    def __init__(self, root: Path | None) -> None:
+
+class Dumper:
+    """Collects the stages of one graph and writes them (a no-op without a root, or once
+    a write has failed)."""
+
+    def __init__(self, root: Path | None, graph_id: int | None = None) -> None:
         self.root = root
         self.folder: Path | None = None
+        self.graph_id = graph_id
         self._last: dict[str, str] = {}
         self._stage = 0
+        self._replayed = False
         self.graph_files: dict[str, str] = {}
-        """Graph files written so far (name -> text), kept with a cached plan."""
-        if root is not None:
-            key = str(root.resolve())
-            with _lock:
-                index = _counters.get(key, 0)
-                _counters[key] = index + 1
-            self.folder = root / f"graph_{index:03d}"
-            self.folder.mkdir(parents=True, exist_ok=True)
+        """Graph files written so far (name -> graph text, without the header), kept with a
+        cached plan and written again by :meth:`replay`."""
+        if root is None:
+            return
+        with _lock:
+            index = _counters.get(_key(root), 0)
+            _counters[_key(root)] = index + 1
+        folder = root / f"graph_{index:03d}"
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError as error:
+            self._give_up(error)
+            return
+        self.folder = folder
+        log.debug("offload: %s is dumped to %s", self.label, folder)
 
     @property
     def enabled(self) -> bool:
         return self.folder is not None
 
+    @property
+    def label(self) -> str:
+        """``graph 2 (dump folder graph_000)``: the process-wide graph id and the folder."""
+        name = self.folder.name if self.folder is not None else "none"
+        return (f"graph {self.graph_id} (dump folder {name})" if self.graph_id is not None
+                else f"dump folder {name}")
+
     def joint(self, gm: fx.GraphModule) -> None:
         if self.enabled:
-            self.graph_files["joint.py"] = HEADER + graph_text(gm)
-            self._write("joint.py", self.graph_files["joint.py"])
+            self.graph_files["joint.py"] = graph_text(gm)
+            self._write("joint.py", self._header() + self.graph_files["joint.py"])
 
     def stage(self, name: str, fw: fx.GraphModule, bw: fx.GraphModule) -> None:
         """Write forward and backward after a pass, if that pass changed them."""
-        if not self.enabled:
+        if not self.enabled or self._replayed:
             return
         wrote = False
         for kind, gm in (("forward", fw), ("backward", bw)):
             text = graph_text(gm)
             if self._last.get(kind) != text:
                 file = f"{kind}.{self._stage}_{name}.py"
-                self.graph_files[file] = HEADER + text
-                self._write(file, self.graph_files[file])
+                self.graph_files[file] = text
+                self._write(file, self._header() + text)
                 self._last[kind] = text
                 wrote = True
         if wrote:
@@ -91,20 +130,62 @@ class Dumper:
     def plan(self, plan: GraphPlan, config: Any) -> None:
         if not self.enabled:
             return
-        data = tables.plan_dict(plan, config)
+        if self.graph_id is None:
+            self.graph_id = plan.graph_id
+        assert self.folder is not None
+        data = {**tables.plan_dict(plan, config), "dump_folder": self.folder.name}
         self._write("plan.json", tables.to_json(data))
-        self._write("plan.txt", tables.decision_table(plan) + "\n")
-        self._write("summary.txt", tables.summary_text(plan) + "\n")
+        self._write("plan.txt", f"{self.label}: decisions\n" + tables.decision_table(plan) + "\n")
+        self._write("summary.txt", self._titled(tables.summary_text(plan), plan.graph_id) + "\n")
         self._write("config.json", tables.to_json(data["config"]))
-        self._write("timeline.json", json.dumps(timeline.chrome_trace(plan)))
+        self._write("timeline.json", json.dumps(self._titled_trace(timeline.chrome_trace(plan))))
         self._write("memory.svg", timeline.memory_svg(plan))
 
     def replay(self, graph_files: dict[str, str]) -> None:
-        """Write graph files recorded by an earlier compile of the same graph."""
+        """Write the graph files recorded by the compile that made a cached plan; the
+        stages of this compile are then not written again (they are the same graphs)."""
         if self.enabled:
             for name, text in graph_files.items():
-                self._write(name, text)
+                self._write(name, self._header() + text)
+            self.graph_files = dict(graph_files)
+            self._replayed = True
+
+    def _header(self) -> str:
+        return f"# {self.label}\n" + HEADER
+
+    def _titled(self, summary: str, graph_id: int) -> str:
+        """The summary with its first line ``graph 2`` made ``graph 2 (dump folder ...)``."""
+        first, sep, rest = summary.partition("\n")
+        if first == f"graph {graph_id}":
+            return self.label + sep + rest
+        return self.label + "\n" + summary
+
+    def _titled_trace(self, trace: dict[str, Any]) -> dict[str, Any]:
+        for event in trace["traceEvents"]:
+            if event.get("ph") == "M" and event.get("name") == "process_name":
+                event["args"] = {**event.get("args", {}), "name": f"offload plan, {self.label}"}
+        return trace
 
     def _write(self, name: str, text: str) -> None:
-        assert self.folder is not None
-        (self.folder / name).write_text(text)
+        if self.folder is None:  # an earlier write of this graph failed
+            return
+        try:
+            (self.folder / name).write_text(text, encoding="utf-8")
+        except OSError as error:
+            self._give_up(error)
+
+    def _give_up(self, error: OSError) -> None:
+        """Stop this graph's dump; say so once per dump directory per process."""
+        assert self.root is not None
+        self.folder = None
+        with _lock:
+            first = _key(self.root) not in _warned
+            _warned.add(_key(self.root))
+        if first:
+            env = os.environ.get(ENV)
+            source = (f"{ENV} (the environment variable)" if env and Path(env) == self.root
+                      else "dump_dir")
+            log.warning(
+                "offload: cannot write the dump to %s (%s); training goes on without it. "
+                "Set %s to a writable folder, or unset it. Said once per dump folder.",
+                self.root, error, source)
