@@ -70,7 +70,7 @@ class ZooModel:
     about: str
     """One line for ``--list``."""
     needs: str = ""
-    """Packages the factory imports beyond torch."""
+    """Packages the factory imports beyond torch, comma-separated."""
     no_sac: str = ""
     """Why ``sac`` is left out of the defaults (empty: it applies)."""
 
@@ -149,6 +149,9 @@ def check_order(strategies: list[str]) -> None:
 
 @dataclass
 class Settings:
+    """What every row shares: the command line's device, steps, warm-up, per-row
+    timeout (seconds), output folder and wall-time budget (seconds, ``None``: none)."""
+
     device: str
     steps: int
     warmup: int
@@ -179,8 +182,14 @@ def run_zoo(plan: dict[str, list[str]], settings: Settings, *,
     for name, strategies in plan.items():
         model = MODELS[name]
         rows = results[name] = []
-        say(f"zoo: {name} ({model.dtype}, blocks {model.blocks}): {', '.join(strategies)}")
+        say(f"zoo: {name} ({model.dtype}, blocks at {model.blocks}): {', '.join(strategies)}")
+        missing = missing_packages(model)
+        if missing:
+            say(f"zoo: {name}: not run: {missing}")
         for strategy in strategies:
+            if missing:
+                rows.append(Row(strategy=strategy, status=NOT_RUN, note=missing))
+                continue
             if settings.budget_s is not None and clock() - start >= settings.budget_s:
                 rows.append(Row(strategy=strategy, status=NOT_RUN,
                                 note=f"--budget-seconds {settings.budget_s:g} spent"))
@@ -206,6 +215,15 @@ def run_zoo(plan: dict[str, list[str]], settings: Settings, *,
             _write(results, settings)
     _write(results, settings)  # with the rows the budget left out
     return results
+
+
+def missing_packages(model: ZooModel) -> str:
+    """Why ``model``'s factory cannot be called here ("" if it can): the packages it
+    imports that this interpreter, which also runs the rows, does not have."""
+    import importlib.util
+
+    gone = [p for p in model.needs.split(",") if p and importlib.util.find_spec(p) is None]
+    return f"{', '.join(gone)} not installed" if gone else ""
 
 
 def _flag_agreement(rows: list, model: ZooModel) -> None:

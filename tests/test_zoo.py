@@ -148,3 +148,18 @@ def test_full_runs_after_its_rows_and_the_time_budget_stops_new_rows(tmp_path):
     assert "x inductor act" in table and "no measured sac row" in table
     line = next(l for l in table.splitlines() if l.startswith("full_ac"))
     assert "0.364" in line.split()  # 3.46 / 9.51
+
+
+def test_a_model_whose_package_is_missing_is_not_run_and_says_which(tmp_path, monkeypatch):
+    fake = zoo.ZooModel("fake", "benchmarks.zoo_models:tiny_gpt", "float32", "float32", "blocks",
+                        "a model needing a package nobody has", needs="torch,no_such_package_zoo")
+    monkeypatch.setitem(zoo.MODELS, "fake", fake)
+
+    def run(model, strategy, settings):
+        raise AssertionError(f"{strategy} started")
+
+    settings = zoo.Settings(device="cpu", steps=1, warmup=0, timeout_s=60, out=tmp_path)
+    rows = zoo.run_zoo({"fake": ["inductor", "offload:auto"]}, settings, run=run)["fake"]
+    assert [(r.strategy, r.status, r.note) for r in rows] == [
+        ("inductor", "not run", "no_such_package_zoo not installed"),
+        ("offload:auto", "not run", "no_such_package_zoo not installed")]
