@@ -1,0 +1,391 @@
+"""The model zoo: the comparison harness on models nobody here wrote.
+
+    python benchmarks/zoo.py --list
+    python benchmarks/zoo.py --models llama,vit --out out/zoo --budget-seconds 540 --timeout 150
+    python benchmarks/zoo.py --models tiny_gpt --device cpu --strategies inductor,offload:auto \
+        --steps 1 --warmup 0 --out out/zoo
+
+Runs ``offload_compiler.compare`` on each model of ``--models`` (factories in
+``benchmarks/zoo_models.py``: Hugging Face Llama, timm ViT-B/16, torchvision ResNet-50,
+the example GPT), one strategy at a time, each in its own process. Per model the
+default strategies are ``inductor``, ``sac`` and ``full_ac`` (where they apply),
+``budget:0.5``, ``offload:auto``, ``offload:0.5`` and ``offload:FULL``: this backend
+with ``memory_budget`` = full checkpointing's measured activation memory over
+Inductor's, rounded down to 2 decimals. That fraction bounds the planner's *predicted
+activation peak* (the forward values held for backward), not the measured memory,
+which also holds gradients and temporaries: it asks for full checkpointing's saving,
+and the table shows what it got.
+
+Each model's rows go to ``OUT/<model>/`` (``compare.json``, ``.svg``, ``.txt`` and one
+log per strategy, rewritten after every row) and all of them to ``OUT/zoo.json``. A
+line is printed as each row starts, and one table per model at the end: step ratio to
+Inductor, activation GiB and its ratio to SAC's (Inductor's where SAC does not apply),
+compile seconds (the first step) and whether loss and gradient norm agree with the
+first row. ``--budget-seconds`` stops starting rows once that much time has passed
+(a lent GPU gives 10 minutes per command) and lists the rows not run.
+
+``--list`` imports no torch: it runs where transformers, timm and torchvision are not
+installed, as does ``tiny_gpt``. The other factories import them when called.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:  # this checkout's offload_compiler, also in the row processes
+    sys.path.insert(0, str(ROOT))
+
+FULL = "offload:FULL"
+FULL_NOTE = ("offload:FULL: memory_budget = full_ac act GiB / inductor act GiB, rounded down; "
+             "it bounds the predicted activation peak, not the measured memory")
+NOT_RUN = "not run"
+BASES = ("eager", "inductor", "full_ac", "sac", "budget", "torch_offload", "offload")
+STRATEGY_HELP = ("eager, inductor, full_ac, sac, budget:B, torch_offload, offload:auto, "
+                 f"offload:B, {FULL} (B a fraction in (0, 1])")
+
+
+@dataclass(frozen=True)
+class ZooModel:
+    """One model of the zoo, as the comparison harness runs it."""
+
+    name: str
+    """What ``--models`` calls it."""
+    factory: str
+    """``module:function`` returning ``(model, batch)``; imported in each row's process."""
+    dtype: str
+    """What the harness casts the weights to."""
+    compute_dtype: str
+    """The precision the step computes in (bf16 under autocast): sets the tolerance of
+    the loss and gradient-norm agreement."""
+    blocks: str
+    """Dotted path of the repeated blocks that ``sac`` and ``full_ac`` checkpoint."""
+    about: str
+    """One line for ``--list``."""
+    needs: str = ""
+    """Packages the factory imports beyond torch, comma-separated."""
+    no_sac: str = ""
+    """Why ``sac`` is left out of the defaults (empty: it applies)."""
+
+    def default_strategies(self) -> list[str]:
+        sac = [] if self.no_sac else ["sac"]
+        return ["inductor", *sac, "full_ac", "budget:0.5", "offload:auto", "offload:0.5", FULL]
+
+    @property
+    def reference(self) -> str:
+        """The strategy whose activation memory the table divides by."""
+        return "inductor" if self.no_sac else "sac"
+
+
+MODELS = {m.name: m for m in (
+    ZooModel("llama", "benchmarks.zoo_models:llama", "bfloat16", "bfloat16", "lm.model.layers",
+             "HF LlamaForCausalLM, 8 layers, width 2048, MLP 5632, vocab 32000, SDPA; "
+             "batch 4 x 4096 tokens, bf16", needs="transformers"),
+    ZooModel("vit", "benchmarks.zoo_models:vit", "float32", "bfloat16", "model.blocks",
+             "timm vit_base_patch16_224; batch 96 x 3x224x224, bf16 autocast, fp32 weights",
+             needs="timm"),
+    ZooModel("resnet50", "benchmarks.zoo_models:resnet50", "float32", "bfloat16", "bottlenecks",
+             "torchvision resnet50, channels_last; batch 128 x 3x224x224, bf16 autocast, "
+             "fp32 weights", needs="torchvision",
+             no_sac="SAC's policy saves matmul and attention outputs and a bottleneck has "
+                    "neither, so it would recompute what full_ac does; activation ratios "
+                    "are to inductor"),
+    ZooModel("gpt", "benchmarks.zoo_models:gpt", "bfloat16", "bfloat16", "blocks",
+             "the example GPT, h100 preset (8 layers, width 2048, batch 4 x 4096 tokens), bf16"),
+    ZooModel("tiny_gpt", "benchmarks.zoo_models:tiny_gpt", "float32", "float32", "blocks",
+             "the example GPT, tiny preset: a CPU smoke test"),
+)}
+
+
+def full_ac_fraction(rows: list) -> float:
+    """``offload:FULL``'s ``memory_budget``: the ``full_ac`` row's activation memory over
+    the ``inductor`` row's, rounded down to 2 decimals (at most 1). Raises ``ValueError``
+    saying why when it cannot be had."""
+    by_name = {r.strategy: r for r in rows}
+    for name in ("inductor", "full_ac"):
+        r = by_name.get(name)
+        if r is None or r.status != "ok":
+            got = "not run" if r is None else f"{r.status}: {r.note}".rstrip(": ")
+            raise ValueError(f"{FULL} needs a measured {name} row ({got})")
+        if r.activation_gib is None:
+            raise ValueError(f"{FULL} needs activation memory, measured on CUDA only "
+                             f"({name} has none)")
+    ratio = by_name["full_ac"].activation_gib / by_name["inductor"].activation_gib
+    fraction = min(1.0, math.floor(ratio * 100 + 1e-9) / 100)  # 0.29999... is 0.30
+    if fraction <= 0:
+        raise ValueError(f"{FULL}: full_ac's activation memory is {ratio:.4f} of inductor's, "
+                         "under the 0.01 a 2-decimal budget can state")
+    return fraction
+
+
+def check_strategy(name: str) -> None:
+    """Refuses a strategy the harness would not know, naming the valid ones."""
+    base, _, arg = name.partition(":")
+    ok = base in BASES and (bool(arg) == (base in ("budget", "offload")))
+    if ok and arg and name != FULL and not (base == "offload" and arg == "auto"):
+        try:
+            ok = 0 < float(arg) <= 1
+        except ValueError:
+            ok = False
+    if not ok:
+        raise ValueError(f"unknown strategy {name!r}; valid strategies: {STRATEGY_HELP}")
+
+
+def check_order(strategies: list[str]) -> None:
+    if FULL in strategies:
+        before = strategies[:strategies.index(FULL)]
+        missing = [s for s in ("inductor", "full_ac") if s not in before]
+        if missing:
+            raise ValueError(f"{FULL} is run after the rows it is computed from: list "
+                             f"{' and '.join(missing)} before it")
+
+
+@dataclass
+class Settings:
+    """What every row shares: the command line's device, steps, warm-up, per-row
+    timeout (seconds), output folder and wall-time budget (seconds, ``None``: none)."""
+
+    device: str
+    steps: int
+    warmup: int
+    timeout_s: float
+    out: Path
+    budget_s: float | None = None
+
+
+def run_row(model: ZooModel, strategy: str, settings: Settings):
+    """One row of the harness, in its own process; its log goes to ``OUT/<model>/``."""
+    from offload_compiler.compare import compare
+
+    (row,) = compare(preset=None, model=model.factory, device=settings.device, dtype=model.dtype,
+                     steps=settings.steps, warmup=settings.warmup, strategies=[strategy],
+                     blocks=model.blocks, out=settings.out / model.name,
+                     timeout_s=settings.timeout_s)
+    return row
+
+
+def run_zoo(plan: dict[str, list[str]], settings: Settings, *,
+            run: Callable = run_row, clock: Callable[[], float] = time.monotonic) -> dict[str, list]:
+    """Every model of ``plan`` (name to its strategies), row by row; returns the rows by
+    model. Rows past ``settings.budget_s`` are kept with status ``"not run"``."""
+    from offload_compiler.compare import Row
+
+    start = clock()
+    results: dict[str, list] = {}
+    for name, strategies in plan.items():
+        model = MODELS[name]
+        rows = results[name] = []
+        say(f"zoo: {name} ({model.dtype}, blocks at {model.blocks}): {', '.join(strategies)}")
+        missing = missing_packages(model)
+        if missing:
+            say(f"zoo: {name}: not run: {missing}")
+        for strategy in strategies:
+            if missing:
+                rows.append(Row(strategy=strategy, status=NOT_RUN, note=missing))
+                continue
+            if settings.budget_s is not None and clock() - start >= settings.budget_s:
+                rows.append(Row(strategy=strategy, status=NOT_RUN,
+                                note=f"--budget-seconds {settings.budget_s:g} spent"))
+                continue
+            actual = strategy
+            if strategy == FULL:
+                try:
+                    actual = f"offload:{full_ac_fraction(rows):.2f}"
+                except ValueError as e:
+                    say(f"zoo: {name}: {FULL} not run: {e}")
+                    rows.append(Row(strategy=FULL, status=NOT_RUN, note=str(e)))
+                    _write(results, settings)
+                    continue
+                say(f"zoo: {name}: {FULL} is {actual} ({FULL_NOTE.split(': ', 1)[1]})")
+            say(f"zoo: {name}: {actual} ...")
+            row = run(model, actual, settings)
+            if strategy == FULL:
+                row.note = f"{FULL}; {row.note}".rstrip("; ")
+                row.extra["zoo_strategy"] = FULL
+            rows.append(row)
+            _flag_agreement(rows, model)
+            say(f"zoo: {name}: {actual} {row.status}" + _summary(row))
+            _write(results, settings)
+    _write(results, settings)  # with the rows the budget left out
+    return results
+
+
+def missing_packages(model: ZooModel) -> str:
+    """Why ``model``'s factory cannot be called here ("" if it can): the packages it
+    imports that this interpreter, which also runs the rows, does not have."""
+    import importlib.util
+
+    gone = [p for p in model.needs.split(",") if p and importlib.util.find_spec(p) is None]
+    return f"{', '.join(gone)} not installed" if gone else ""
+
+
+def _flag_agreement(rows: list, model: ZooModel) -> None:
+    # The harness's rule (loss and gradient norm against the first ok row), at the
+    # tolerance of the precision the step computes in, which autocast makes bf16.
+    from offload_compiler.compare.harness import _flag_disagreements
+
+    _flag_disagreements(rows, model.compute_dtype)
+
+
+def _summary(row) -> str:
+    if row.status != "ok":
+        return f": {row.note}" if row.note else ""
+    act = "" if row.activation_gib is None else f", act {row.activation_gib:.2f} GiB"
+    return f": {row.step_ms:.1f} ms{act}, compile {row.compile_s:.1f} s"
+
+
+def _write(results: dict[str, list], settings: Settings) -> None:
+    """``OUT/<model>/compare.*`` with every row so far, and ``OUT/zoo.json``."""
+    import torch
+
+    from offload_compiler.compare import write_outputs
+
+    models = {}
+    for name, rows in results.items():
+        model = MODELS[name]
+        spec = {"device": settings.device, "dtype": model.dtype, "preset": None,
+                "model": model.factory, "steps": settings.steps}
+        write_outputs(rows, settings.out / name, spec)
+        models[name] = {"factory": model.factory, "dtype": model.dtype,
+                        "compute_dtype": model.compute_dtype, "blocks": model.blocks,
+                        "reference": model.reference, "no_sac": model.no_sac,
+                        "rows": [asdict(r) for r in rows]}
+    meta = {"torch": torch.__version__, "device": settings.device, "steps": settings.steps,
+            "warmup": settings.warmup, "timeout_s": settings.timeout_s,
+            "budget_seconds": settings.budget_s, "command": " ".join(sys.argv)}
+    if settings.device.startswith("cuda") and torch.cuda.is_available():
+        meta["gpu"] = torch.cuda.get_device_name()
+    not_run = [{"model": name, "strategy": r.strategy, "reason": r.note}
+               for name, rows in results.items() for r in rows if r.status == NOT_RUN]
+    (settings.out / "zoo.json").write_text(json.dumps(
+        {"meta": meta, "models": models, "not_run": not_run, "full_note": FULL_NOTE}, indent=2))
+
+
+def model_table(model: ZooModel, rows: list) -> str:
+    from tabulate import tabulate
+
+    ok = {r.strategy: r for r in rows if r.status == "ok"}
+    reference = model.reference if model.reference in ok else "inductor"
+    base, ref = ok.get("inductor"), ok.get(reference)
+
+    def ratio(x, y):
+        return "" if x is None or y is None or y == 0 else f"{x / y:.3f}"
+
+    body = [[_label(r), r.status, _f(r.step_ms, 1), ratio(r.step_ms, base and base.step_ms),
+             _f(r.activation_gib, 2), ratio(r.activation_gib, ref and ref.activation_gib),
+             _f(r.compile_s, 1), r.agrees, r.note[:90]] for r in rows]
+    headers = ["strategy", "status", "step ms", "x inductor step", "act GiB",
+               f"x {reference} act", "compile s", "agrees", "note"]
+    lines = [f"== {model.name}: {model.about} ==", tabulate(body, headers=headers)]
+    if model.no_sac:
+        lines.append(f"sac: {model.no_sac}")
+    elif reference != model.reference:
+        lines.append(f"x inductor act: no measured {model.reference} row to compare with")
+    if any(r.strategy == FULL or r.extra.get("zoo_strategy") == FULL for r in rows):
+        lines.append(FULL_NOTE)
+    if rows and all(r.activation_gib is None for r in rows if r.status == "ok"):
+        lines.append("act GiB: memory is measured on CUDA only")
+    return "\n".join(lines)
+
+
+def _label(row) -> str:
+    return f"{FULL}={row.strategy.split(':', 1)[1]}" if row.extra.get("zoo_strategy") == FULL \
+        else row.strategy
+
+
+def _f(x, digits: int) -> str:
+    return "" if x is None else f"{x:.{digits}f}"
+
+
+def say(line: str) -> None:
+    print(line, flush=True)
+
+
+def list_models() -> str:
+    lines = []
+    for m in MODELS.values():
+        needs = f"; needs {m.needs}" if m.needs else ""
+        lines.append(f"{m.name}: {m.about}{needs}")
+        lines.append(f"    strategies: {','.join(m.default_strategies())}")
+        if m.no_sac:
+            lines.append(f"    no sac: {m.no_sac}")
+    return "\n".join(lines)
+
+
+def _positive(kind: type, *, zero: bool = False):
+    def parse(text: str):
+        value = kind(text)
+        if value < 0 or (value == 0 and not zero):
+            raise argparse.ArgumentTypeError(f"{text} must be {'>= 0' if zero else '> 0'}")
+        return value
+    return parse
+
+
+def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, dict[str, list[str]]]:
+    p = argparse.ArgumentParser(prog="python benchmarks/zoo.py",
+                                description=__doc__.split("\n\n")[0])
+    p.add_argument("--list", action="store_true", help="print the models and their default strategies")
+    p.add_argument("--models", default=None, help=f"comma-separated, of: {', '.join(MODELS)}")
+    p.add_argument("--out", default=None, help="folder: OUT/<model>/compare.* and OUT/zoo.json")
+    p.add_argument("--strategies", default=None,
+                   help=f"comma-separated, for every model (default: each model's own): {STRATEGY_HELP}")
+    p.add_argument("--steps", type=_positive(int), default=5, help="measured steps per row")
+    p.add_argument("--warmup", type=_positive(int, zero=True), default=2, help="steps before measuring")
+    p.add_argument("--timeout", type=_positive(float), default=1800, help="seconds per row")
+    p.add_argument("--device", default="cuda")
+    p.add_argument("--budget-seconds", type=_positive(float, zero=True), default=None,
+                   help="start no row once this many seconds have passed (a row started "
+                        "may still run up to --timeout)")
+    args = p.parse_args(argv)
+    if args.list:
+        return args, {}
+    if not args.models:
+        p.error(f"--models is required (of: {', '.join(MODELS)}); --list describes them")
+    if not args.out:
+        p.error("--out is required")
+    names = [m for m in args.models.split(",") if m]
+    unknown = [m for m in names if m not in MODELS]
+    if unknown or not names:
+        p.error(f"unknown model(s) {unknown}; valid models: {', '.join(MODELS)}")
+    plan = {}
+    for name in dict.fromkeys(names):
+        strategies = (args.strategies.split(",") if args.strategies
+                      else MODELS[name].default_strategies())
+        try:
+            for s in strategies:
+                check_strategy(s)
+            check_order(strategies)
+        except ValueError as e:
+            p.error(str(e))
+        plan[name] = strategies
+    return args, plan
+
+
+def main(argv: list[str] | None = None) -> int:
+    args, plan = parse_args(argv)
+    if args.list:
+        print(list_models())
+        return 0
+    settings = Settings(device=args.device, steps=args.steps, warmup=args.warmup,
+                        timeout_s=args.timeout, out=Path(args.out), budget_s=args.budget_seconds)
+    settings.out.mkdir(parents=True, exist_ok=True)
+    results = run_zoo(plan, settings)
+    for name, rows in results.items():
+        say("\n" + model_table(MODELS[name], rows))
+    not_run = [f"{name}: {r.strategy} ({r.note})" for name, rows in results.items() for r in rows
+               if r.status == NOT_RUN]
+    if not_run:
+        say(f"\nzoo: not run: {'; '.join(not_run)}")
+    say(f"zoo: wrote {settings.out / 'zoo.json'}")
+    return 0 if any(r.status == "ok" for rows in results.values() for r in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,165 @@
+"""``benchmarks/zoo.py``, the model zoo, on a CPU: the listing, a tiny GPT end to end,
+refusals, ``offload:FULL``'s fraction, and the order and time budget of its rows."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from offload_compiler.compare import Row
+
+ROOT = Path(__file__).resolve().parents[1]
+ZOO = ROOT / "benchmarks" / "zoo.py"
+
+
+if str(ROOT) not in sys.path:  # benchmarks/ is a namespace package of the checkout
+    sys.path.insert(0, str(ROOT))
+zoo = importlib.import_module("benchmarks.zoo")
+
+
+def test_list_names_models_and_strategies_without_importing_torch():
+    code = ("import runpy, sys\n"
+            f"sys.argv = ['zoo.py', '--list']\n"
+            "try:\n"
+            f"    runpy.run_path({str(ZOO)!r}, run_name='__main__')\n"
+            "except SystemExit as e:\n"
+            "    assert e.code == 0, e.code\n"
+            "heavy = sorted(m for m in sys.modules if m.split('.')[0] in "
+            "('torch', 'transformers', 'timm', 'torchvision'))\n"
+            "assert not heavy, heavy\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    for name in ("llama", "vit", "resnet50", "gpt", "tiny_gpt"):
+        assert f"\n{name}: " in "\n" + out, out
+    lines = out.splitlines()
+    llama = lines[lines.index(next(l for l in lines if l.startswith("llama:"))) + 1]
+    assert llama.split() == ["strategies:", "inductor,sac,full_ac,budget:0.5,offload:auto,"
+                                            "offload:0.5,offload:FULL"]
+    resnet = lines[lines.index(next(l for l in lines if l.startswith("resnet50:"))) + 1]
+    assert "sac," not in resnet and "full_ac" in resnet and "no sac:" in out
+
+
+def test_tiny_gpt_runs_two_rows_writes_zoo_json_and_prints_the_table(tmp_path, capsys):
+    out = tmp_path / "zoo"
+    rc = zoo.main(["--models", "tiny_gpt", "--device", "cpu", "--strategies",
+                   "inductor,offload:auto", "--steps", "1", "--warmup", "0", "--out", str(out)])
+    printed = capsys.readouterr().out
+    assert rc == 0, printed
+    data = json.loads((out / "zoo.json").read_text())
+    rows = data["models"]["tiny_gpt"]["rows"]
+    assert [(r["strategy"], r["status"], r["agrees"]) for r in rows] == [
+        ("inductor", "ok", "yes"), ("offload:auto", "ok", "yes")], rows
+    assert all(r["step_ms"] > 0 and r["compile_s"] > 0 for r in rows)
+    assert data["not_run"] == [] and data["meta"]["device"] == "cpu"
+    # The harness's own files, with both rows, and one log per row, in OUT/<model>/.
+    compare = json.loads((out / "tiny_gpt" / "compare.json").read_text())
+    assert [r["strategy"] for r in compare["rows"]] == ["inductor", "offload:auto"]
+    assert (out / "tiny_gpt" / "inductor.log").exists() and (out / "tiny_gpt" / "offload_auto.log").exists()
+    # A line as each row starts, then the table.
+    assert "zoo: tiny_gpt: inductor ...\n" in printed and "zoo: tiny_gpt: offload:auto ...\n" in printed
+    table = printed[printed.index("== tiny_gpt"):]
+    assert "x inductor step" in table and "compile s" in table and "agrees" in table
+    assert "offload:auto" in table and "act GiB: memory is measured on CUDA only" in table
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--models", "llama,bert"], "unknown model(s) ['bert']; valid models: llama, vit, resnet50, gpt, tiny_gpt"),
+    (["--models", "gpt", "--strategies", "inductor,magic"], "valid strategies: eager, inductor"),
+    (["--models", "gpt", "--strategies", "offload:1.5"], "unknown strategy 'offload:1.5'"),
+    (["--models", "gpt", "--strategies", "budget"], "unknown strategy 'budget'"),
+    (["--models", "gpt", "--strategies", "offload:FULL,inductor,full_ac"],
+     "list inductor and full_ac before it"),
+    (["--models", "gpt", "--steps", "0"], "must be > 0"),
+    (["--models", "gpt"], "--out is required"),
+])
+def test_bad_arguments_are_refused_naming_the_valid_ones(argv, message, capsys, tmp_path):
+    if "--out" not in argv and message != "--out is required":
+        argv = [*argv, "--out", str(tmp_path)]
+    with pytest.raises(SystemExit) as e:
+        zoo.main(argv)
+    assert e.value.code == 2
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "zoo.json").exists()
+
+
+def _row(strategy, act=None, status="ok", note=""):
+    return Row(strategy=strategy, status=status, step_ms=10.0, activation_gib=act,
+               compile_s=1.0, loss=1.0, grad_norm=1.0, note=note)
+
+
+@pytest.mark.parametrize("inductor, full_ac, fraction", [
+    (9.51, 3.46, 0.36),   # 0.3638: rounded down
+    (1.0, 0.29, 0.29),    # 0.29 * 100 is 28.999999999999996 in floating point
+    (10.0, 3.0, 0.30),
+    (4.0, 5.0, 1.0),      # full checkpointing holding more than Inductor: nothing to move
+])
+def test_full_fraction_is_full_ac_over_inductor_rounded_down(inductor, full_ac, fraction):
+    rows = [_row("inductor", inductor), _row("sac", 2.0), _row("full_ac", full_ac)]
+    assert zoo.full_ac_fraction(rows) == fraction
+
+
+@pytest.mark.parametrize("rows, message", [
+    ([_row("inductor", 9.5)], "needs a measured full_ac row (not run)"),
+    ([_row("inductor", status="oom", note="CUDA out of memory"), _row("full_ac", 3.0)],
+     "needs a measured inductor row (oom: CUDA out of memory)"),
+    ([_row("inductor"), _row("full_ac")], "measured on CUDA only"),
+    ([_row("inductor", 1000.0), _row("full_ac", 4.0)], "under the 0.01"),
+])
+def test_full_fraction_refuses_with_the_reason(rows, message):
+    with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        zoo.full_ac_fraction(rows)
+
+
+def test_full_runs_after_its_rows_and_the_time_budget_stops_new_rows(tmp_path):
+    """offload:FULL runs as offload:<full_ac act / inductor act>; once --budget-seconds
+    have passed no row starts, and the rows left are reported as not run."""
+    measured = {"inductor": 9.51, "full_ac": 3.46, "offload:0.36": 3.3}
+    started, now = [], [0.0]
+
+    def run(model, strategy, settings):
+        started.append(strategy)
+        now[0] += 100.0  # each row takes 100 s
+        return _row(strategy, measured[strategy])
+
+    settings = zoo.Settings(device="cuda", steps=1, warmup=0, timeout_s=60, out=tmp_path,
+                            budget_s=250)
+    plan = {"gpt": ["inductor", "full_ac", "offload:FULL", "offload:auto"],
+            "llama": ["inductor"]}
+    results = zoo.run_zoo(plan, settings, run=run, clock=lambda: now[0])
+    assert started == ["inductor", "full_ac", "offload:0.36"]
+    gpt = results["gpt"]
+    assert [(r.strategy, r.status) for r in gpt] == [
+        ("inductor", "ok"), ("full_ac", "ok"), ("offload:0.36", "ok"), ("offload:auto", "not run")]
+    assert gpt[2].extra["zoo_strategy"] == "offload:FULL" and "offload:FULL" in gpt[2].note
+    assert "--budget-seconds 250 spent" in gpt[3].note
+    assert [(r.strategy, r.status) for r in results["llama"]] == [("inductor", "not run")]
+    data = json.loads((tmp_path / "zoo.json").read_text())
+    assert [(x["model"], x["strategy"]) for x in data["not_run"]] == [
+        ("gpt", "offload:auto"), ("llama", "inductor")]
+    table = zoo.model_table(zoo.MODELS["gpt"], gpt)
+    assert "offload:FULL=0.36" in table and "predicted activation peak, not the measured memory" in table
+    # No sac row: activation ratios are to Inductor's, and the table says so.
+    assert "x inductor act" in table and "no measured sac row" in table
+    line = next(l for l in table.splitlines() if l.startswith("full_ac"))
+    assert "0.364" in line.split()  # 3.46 / 9.51
+
+
+def test_a_model_whose_package_is_missing_is_not_run_and_says_which(tmp_path, monkeypatch):
+    fake = zoo.ZooModel("fake", "benchmarks.zoo_models:tiny_gpt", "float32", "float32", "blocks",
+                        "a model needing a package nobody has", needs="torch,no_such_package_zoo")
+    monkeypatch.setitem(zoo.MODELS, "fake", fake)
+
+    def run(model, strategy, settings):
+        raise AssertionError(f"{strategy} started")
+
+    settings = zoo.Settings(device="cpu", steps=1, warmup=0, timeout_s=60, out=tmp_path)
+    rows = zoo.run_zoo({"fake": ["inductor", "offload:auto"]}, settings, run=run)["fake"]
+    assert [(r.strategy, r.status, r.note) for r in rows] == [
+        ("inductor", "not run", "no_such_package_zoo not installed"),
+        ("offload:auto", "not run", "no_such_package_zoo not installed")]
