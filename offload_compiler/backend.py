@@ -14,6 +14,7 @@ import torch.fx as fx
 
 from .config import OffloadConfig
 from .partitioner import OffloadPartitioner
+from .planning import sizes
 from .reporting.records import GraphPlan
 
 log = logging.getLogger("offload_compiler")
@@ -42,7 +43,23 @@ class OffloadBackend:
                 f"{VALID_MODES} (pass options=... instead)"
             )
         config = self.config if options is None else OffloadConfig.from_options(options)
-        partitioner = OffloadPartitioner(config, on_plan=self.plans.append)
+        per_size = sizes.PlanPerSize.for_graph(
+            gm, example_inputs, config.policy,
+            lambda graph, inputs, values: self._compile(graph, inputs, config, values))
+        if per_size is None:  # static sizes: one plan, as always
+            return self._compile(gm, example_inputs, config)
+        return per_size  # dynamic sizes: a plan per range of sizes (planning/sizes.py)
+
+    def _compile(
+        self,
+        gm: fx.GraphModule,
+        example_inputs: Sequence[Any],
+        config: OffloadConfig,
+        planned_at: Mapping[Any, int] | None = None,
+    ) -> Callable[..., Any]:
+        """The inner compiler's callable for ``gm``, planned at the hints or, for a graph
+        with dynamic sizes, at ``planned_at`` (size symbol to value)."""
+        partitioner = sizes.at_sizes(OffloadPartitioner(config, on_plan=self.plans.append), planned_at)
         if config.inner_compiler == "inductor":
             from torch._inductor.compile_fx import compile_fx
 
