@@ -116,6 +116,34 @@ class _Uuid:
         return "offload-x"
 
 
+def test_dispatch_runs_the_chosen_plan_and_drops_one_that_adds_guards(caplog):
+    """The dispatcher on a hand-built size symbol, with a compile that returns which
+    sizes it was planned at. A plan whose compile guards on the sizes (which Dynamo's
+    guards, built before, would not check) is never run."""
+    caplog.set_level(logging.INFO, logger="offload_compiler")
+    env = ShapeEnv()
+    s0 = env.create_symintnode(env.create_symbol(64, sizes_source("t")), hint=64)
+    site = sizes.SizeSite(s0.node.expr, 0, "int", 0, 64, "L['t']", env)
+    made = []
+
+    def compile_at(values):
+        t = int(values[s0.node.expr])
+        made.append(t)
+        if t == 256:
+            bool(s0 > 10)  # a guard
+        return lambda *args: t
+
+    per_size = PlanPerSize([site], compile_at)
+    ran = [per_size(t, "other argument") for t in (50, 96, 97, 80, 64, 256, 400, 500)]
+    assert made == [64, 97, 256]
+    assert ran == [64, 64, 97, 97, 64, 97, 97, 97]
+    assert per_size.planned == [{str(s0.node.expr): 64}, {str(s0.node.expr): 97}]
+    warnings = [r.message for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 2, warnings
+    assert "added guards" in warnings[0] and "=256" in warnings[0]
+    assert "plans already" in warnings[1] and "=400 (L['t'])" in warnings[1]
+
+
 # --- the backend ------------------------------------------------------------------
 
 def test_longest_length_is_planned_alike_in_either_order():
