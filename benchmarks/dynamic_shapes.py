@@ -82,7 +82,7 @@ def batch(length: int, vocab: int, args: argparse.Namespace) -> tuple[torch.Tens
 def loss_of(compiled, model: torch.nn.Module, ids: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     if isinstance(model, GPT):
         return compiled(ids, targets)
-    return compiled(input_ids=ids, labels=targets).loss
+    return compiled(input_ids=ids, labels=ids).loss  # Hugging Face shifts the labels itself
 
 
 class Counting:

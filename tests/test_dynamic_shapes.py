@@ -10,7 +10,6 @@ the longest, how many plans are made, and that gradients do not change.
 import logging
 
 import pytest
-import sympy
 import torch
 from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
