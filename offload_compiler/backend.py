@@ -16,6 +16,7 @@ import torch.fx as fx
 
 from .config import OffloadConfig
 from .partitioner import OffloadPartitioner
+from .planning import sizes
 from .reporting.records import GraphPlan
 from .runtime.pool import host_pool
 
@@ -45,9 +46,25 @@ class OffloadBackend:
                 f"{VALID_MODES} (pass options=... instead)"
             )
         config = self.config if options is None else OffloadConfig.from_options(options)
+        per_size = sizes.PlanPerSize.for_graph(
+            gm, example_inputs, config.policy,
+            lambda graph, inputs, values: self._compile(graph, inputs, config, values))
+        if per_size is None:  # static sizes: one plan, as always
+            return self._compile(gm, example_inputs, config)
+        return per_size  # dynamic sizes: a plan per range of sizes (planning/sizes.py)
+
+    def _compile(
+        self,
+        gm: fx.GraphModule,
+        example_inputs: Sequence[Any],
+        config: OffloadConfig,
+        planned_at: Mapping[Any, int] | None = None,
+    ) -> Callable[..., Any]:
+        """The inner compiler's callable for ``gm``, planned at the hints or, for a graph
+        with dynamic sizes, at ``planned_at`` (size symbol to value)."""
         partitioner = OffloadPartitioner(config, on_plan=self.plans.append,
-                                         cache_key=_plan_key(gm, example_inputs, config))
-        compiled = self._inner_compile(gm, example_inputs, config, partitioner)
+                                         cache_key=_plan_key(gm, example_inputs, config, planned_at))
+        compiled = self._inner_compile(gm, example_inputs, config, sizes.at_sizes(partitioner, planned_at))
         if not partitioner.called and torch.is_grad_enabled():
             # No partition: Inductor's (or AOTAutograd's) cache held the graphs, or no
             # backward is needed (then the plan cache has no entry for this key either).
@@ -55,7 +72,7 @@ class OffloadBackend:
         return compiled
 
     @staticmethod
-    def _inner_compile(gm, example_inputs, config: OffloadConfig, partitioner: OffloadPartitioner):
+    def _inner_compile(gm, example_inputs, config: OffloadConfig, partitioner):
         if config.inner_compiler == "inductor":
             from torch._inductor.compile_fx import compile_fx
 
@@ -95,7 +112,8 @@ def _uses_pool(config: OffloadConfig, compiled: Callable[..., Any], example_inpu
     return compiled
 
 
-def _plan_key(gm: fx.GraphModule, example_inputs: Sequence[Any], config: OffloadConfig) -> str | None:
+def _plan_key(gm: fx.GraphModule, example_inputs: Sequence[Any], config: OffloadConfig,
+              planned_at: Mapping[Any, int] | None = None) -> str | None:
     """The plan cache's key for this compile (``None`` with the cache off): the graph, its
     inputs, the options that change a plan, the hardware profile it is costed with and
     the code."""
@@ -112,6 +130,7 @@ def _plan_key(gm: fx.GraphModule, example_inputs: Sequence[Any], config: Offload
         hardware = dataclasses.asdict(profile_for(device, dict(config.hardware or ())))
     options = {k: v for k, v in config.as_dict().items() if k not in ("dump_dir", "plan_cache")}
     options["grad_enabled"] = torch.is_grad_enabled()
+    options["planned_at"] = sorted((str(s), v) for s, v in (planned_at or {}).items())
     return cache.plan_key(gm, example_inputs, repr(sorted(options.items())), hardware, _source_hash())
 
 

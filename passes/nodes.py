@@ -2,8 +2,9 @@
 
 - Storage: views and ``getitem`` (:func:`is_view_node`, :func:`is_view_or_getitem`,
   :func:`view_root`, :func:`alias_closure`, :func:`aliases`), sizes from size hints
-  (:func:`size_hint`, :func:`numel_hint`, :func:`tensor_nbytes`, :func:`tensor_bytes`),
-  layout (:func:`is_overlapping`, :func:`is_dense`).
+  (:func:`size_hint`, :func:`numel_hint`, :func:`tensor_nbytes`, :func:`tensor_bytes`)
+  or, within :func:`sizes_at`, at the sizes a plan is made for, layout
+  (:func:`is_overlapping`, :func:`is_dense`).
 - Kernels: the op a node runs through the partitioner's RNG wrappers (:func:`called_op`,
   :func:`op_argument`), whether it is an extern kernel of its own (:func:`is_extern`),
   a fused attention and its direction (:func:`attention_direction`), a transfer op of
@@ -20,9 +21,12 @@ Transfer ops are recognised by their namespace, ``torch.ops.offload`` (registere
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import operator
-from typing import Any
+from typing import Any, Iterator, Mapping
 
+import sympy
 import torch
 import torch.fx as fx
 from torch.utils.flop_counter import flop_registry
@@ -84,10 +88,64 @@ def alias_closure(node: fx.Node) -> list[fx.Node]:
     return out
 
 
+class _SizesAt:
+    """Values of size symbols in force within :func:`sizes_at`, and what symbolic
+    sizes came to under them (the planner asks for the same sizes again and again)."""
+
+    def __init__(self, values: Mapping[sympy.Symbol, int]) -> None:
+        self.values = {sym: sympy.Integer(int(v)) for sym, v in values.items()}
+        self.memo: dict[sympy.Expr, int | None] = {}
+
+    def evaluate(self, x: torch.SymInt) -> int | None:
+        expr = x.node.expr
+        if expr not in self.memo:
+            value = expr.xreplace(self.values)
+            if not value.is_number:  # a symbol not given keeps its hint
+                value = value.xreplace(_backed_hints(x.node.shape_env))
+            self.memo[expr] = int(value) if value.is_number else None  # None: unbacked
+        return self.memo[expr]
+
+
+def _backed_hints(shape_env: Any) -> Mapping[sympy.Symbol, sympy.Integer]:
+    hints = getattr(shape_env, "backed_var_to_val", None)  # torch >= 2.13
+    return hints if hints is not None else shape_env.var_to_val
+
+
+_SIZES_AT: contextvars.ContextVar[_SizesAt | None] = contextvars.ContextVar(
+    "passes_nodes_sizes_at", default=None)
+
+
+@contextlib.contextmanager
+def sizes_at(values: Mapping[sympy.Symbol, int]) -> Iterator[None]:
+    """Within this scope, :func:`size_hint` (hence every size the passes and the planner
+    read: :func:`numel_hint`, :func:`tensor_nbytes`, FLOP counts) evaluates a symbolic
+    size with ``values`` for its symbols (Dynamo's ``s0``, ``s1``, ...) instead of the
+    hints the graph was traced with; a symbol not in ``values`` keeps its hint. This is
+    how a graph with dynamic sizes is planned for sizes other than the ones it was
+    first compiled at. Nothing is guarded on and no graph changes."""
+    token = _SIZES_AT.set(_SizesAt(values))
+    try:
+        yield
+    finally:
+        _SIZES_AT.reset(token)
+
+
+def planned_sizes() -> dict[str, int]:
+    """The symbol values :func:`sizes_at` put in force, by symbol name (``{"s0": 256}``);
+    empty outside it."""
+    at = _SIZES_AT.get()
+    return {} if at is None else {str(sym): int(v) for sym, v in at.values.items()}
+
+
 def size_hint(x: object) -> int | None:
+    """The value of a size: an int as is; a ``SymInt`` at the sizes of :func:`sizes_at`
+    when in force, else at its hint; ``None`` for a size with no hint (data-dependent)."""
     if isinstance(x, int):
         return x
     if isinstance(x, torch.SymInt):
+        at = _SIZES_AT.get()
+        if at is not None:
+            return at.evaluate(x)
         hint = x.node.hint
         if hint is not None:
             return int(hint)

@@ -13,6 +13,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
+from passes.nodes import planned_sizes
+
 from ..decision import Decision
 
 
@@ -129,6 +131,10 @@ class GraphPlan:
     """Where this graph's dump was written, if dumping was on."""
     off_device: bool = False
     """No saved tensor is on an offload device: the graph passed through unchanged."""
+    planned_sizes: dict[str, int] = field(default_factory=planned_sizes)
+    """For a graph with dynamic sizes, the values of its size symbols the plan was made
+    for, by symbol (``{"s0": 256}``): the sizes in force (``passes.nodes.sizes_at``) when
+    the record was made. Empty for a static graph."""
 
     @property
     def recomputed(self) -> list[DecisionRecord]:
@@ -164,8 +170,14 @@ class GraphPlan:
                 f"{self.predicted.step_ms:.2f} ms (was {self.predicted.baseline_step_ms:.2f} ms)"
                 if self.predicted else ""
             )
+            + (f"; planned for {sizes_text(self.planned_sizes)}" if self.planned_sizes else "")
             + (f"; {self.note}" if self.note else "")
         )
+
+
+def sizes_text(sizes: Mapping[str, int]) -> str:
+    """``s0=256, s1=257``: symbol values as a plan states them."""
+    return ", ".join(f"{name}={value}" for name, value in sizes.items())
 
 
 def _mib(nbytes: int) -> str:
