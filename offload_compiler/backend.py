@@ -7,7 +7,6 @@ with Dynamo's FX graph; :func:`make_backend` builds the same from an
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from typing import Any, Callable, Mapping, Sequence
 
@@ -16,7 +15,7 @@ import torch.fx as fx
 
 from .config import OffloadConfig
 from .partitioner import OffloadPartitioner
-from .planning import sizes
+from .planning import cache, sizes
 from .reporting.records import GraphPlan
 from .runtime.pool import host_pool
 
@@ -63,7 +62,7 @@ class OffloadBackend:
         """The inner compiler's callable for ``gm``, planned at the hints or, for a graph
         with dynamic sizes, at ``planned_at`` (size symbol to value)."""
         partitioner = OffloadPartitioner(config, on_plan=self.plans.append,
-                                         cache_key=_plan_key(gm, example_inputs, config, planned_at))
+                                         cache_key=cache.key_for(gm, example_inputs, config, planned_at))
         compiled = self._inner_compile(gm, example_inputs, config, sizes.at_sizes(partitioner, planned_at))
         if not partitioner.called and torch.is_grad_enabled():
             # No partition: Inductor's (or AOTAutograd's) cache held the graphs, or no
@@ -110,28 +109,6 @@ def _uses_pool(config: OffloadConfig, compiled: Callable[..., Any], example_inpu
     params = [x for x in example_inputs if isinstance(x, torch.nn.Parameter)]
     host_pool().register_graph(innermost_fn(compiled), owners=params)
     return compiled
-
-
-def _plan_key(gm: fx.GraphModule, example_inputs: Sequence[Any], config: OffloadConfig,
-              planned_at: Mapping[Any, int] | None = None) -> str | None:
-    """The plan cache's key for this compile (``None`` with the cache off): the graph, its
-    inputs, the options that change a plan, the hardware profile it is costed with and
-    the code."""
-    from .partitioner import _source_hash
-    from .planning import cache
-    from .planning.hardware import profile_for
-
-    if not cache.enabled(config.plan_cache):
-        return None
-    device = next((x.device for x in example_inputs if isinstance(x, torch.Tensor)
-                   and x.is_floating_point() and x.device.type in config.devices), None)
-    hardware = None
-    if device is not None and config.policy != "none":
-        hardware = dataclasses.asdict(profile_for(device, dict(config.hardware or ())))
-    options = {k: v for k, v in config.as_dict().items() if k not in ("dump_dir", "plan_cache")}
-    options["grad_enabled"] = torch.is_grad_enabled()
-    options["planned_at"] = sorted((str(s), v) for s, v in (planned_at or {}).items())
-    return cache.plan_key(gm, example_inputs, repr(sorted(options.items())), hardware, _source_hash())
 
 
 def make_backend(config: OffloadConfig | Mapping[str, Any] | None = None, **options: Any) -> OffloadBackend:

@@ -185,9 +185,10 @@ class OffloadConfig:
     def replace(self, **changes: Any) -> "OffloadConfig":
         return dataclasses.replace(self, **changes)
 
-    def fingerprint(self) -> str:
-        """A short stable hash of every option; part of the partitioner's cache key."""
-        text = repr(sorted((k, repr(v)) for k, v in self.as_dict().items()))
+    def fingerprint(self, exclude: tuple[str, ...] = ()) -> str:
+        """A short stable hash of every option but ``exclude``; part of the partitioner's
+        cache key (all options) and of the plan cache's (those that change a plan)."""
+        text = repr(sorted((k, repr(v)) for k, v in self.as_dict().items() if k not in exclude))
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
     def as_dict(self) -> dict[str, Any]:

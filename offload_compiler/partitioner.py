@@ -10,11 +10,8 @@ scope of one ``compile_fx`` call, never globally.
 from __future__ import annotations
 
 import dataclasses
-import functools
-import hashlib
 import itertools
 import logging
-from pathlib import Path
 from typing import Any, Callable, Sequence
 
 import torch.fx as fx
@@ -42,16 +39,6 @@ from .reporting.records import GraphPlan
 log = logging.getLogger("offload_compiler")
 
 _graph_ids = itertools.count()
-
-
-@functools.lru_cache(maxsize=None)
-def _source_hash() -> str:
-    root = Path(__file__).resolve().parent
-    files = sorted([*root.rglob("*.py"), *(root.parent / "passes").rglob("*.py")])
-    digest = hashlib.sha256()
-    for f in files:
-        digest.update(f.read_bytes())
-    return digest.hexdigest()[:16]
 
 
 class OffloadPartitioner(CustomPartitionerFn):
@@ -175,7 +162,7 @@ class OffloadPartitioner(CustomPartitionerFn):
 
     def uuid(self) -> str:
         """Changes with the config and with the code of this package and of ``passes``."""
-        return f"offload-{_source_hash()}-{self.config.fingerprint()}"
+        return f"offload-{cache.source_hash()}-{self.config.fingerprint()}"
 
 
 def _partition(joint_gm: fx.GraphModule, joint_inputs, kwargs) -> tuple[fx.GraphModule, fx.GraphModule]:

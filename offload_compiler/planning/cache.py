@@ -26,6 +26,7 @@ folder that cannot be written is warned about once and planning goes on.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import logging
 import os
@@ -33,7 +34,7 @@ import pickle
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import torch
 import torch.fx as fx
@@ -91,15 +92,47 @@ def _tensor_meta(x: Any) -> str:
     return f"{type(x).__name__}({x!r})"
 
 
+@functools.lru_cache(maxsize=None)
+def source_hash() -> str:
+    """A hash of this package's and ``passes``' source: the code's version in cache keys."""
+    root = Path(__file__).resolve().parents[1]
+    files = sorted([*root.rglob("*.py"), *(root.parent / "passes").rglob("*.py")])
+    digest = hashlib.sha256()
+    for f in files:
+        digest.update(f.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def key_for(gm: fx.GraphModule, example_inputs: Sequence[Any], config: Any,
+            planned_at: Mapping[Any, int] | None = None) -> str | None:
+    """The plan cache's key for compiling ``gm`` with ``config`` (``None`` with the cache
+    off): the graph, its inputs, the options that change a plan, grad mode, the sizes
+    planned at (dynamic shapes), the hardware profile it is costed with and the code."""
+    from .hardware import profile_for
+
+    if not enabled(config.plan_cache):
+        return None
+    device = next((x.device for x in example_inputs if isinstance(x, torch.Tensor)
+                   and x.is_floating_point() and x.device.type in config.devices), None)
+    hardware = None
+    if device is not None and config.policy != "none":
+        hardware = dataclasses.asdict(profile_for(device, dict(config.hardware or ())))
+    return plan_key(gm, example_inputs, config.fingerprint(exclude=("dump_dir", "plan_cache")),
+                    torch.is_grad_enabled(),
+                    sorted((str(s), v) for s, v in (planned_at or {}).items()), hardware)
+
+
 def plan_key(gm: fx.GraphModule, example_inputs: Sequence[Any], config_fingerprint: str,
-             hardware: dict[str, Any] | None, source_hash: str) -> str:
+             grad_enabled: bool, planned_at: list[tuple[str, int]],
+             hardware: dict[str, Any] | None) -> str:
     """The key of the plans made for Dynamo graph ``gm`` with these inputs and options."""
     digest = hashlib.sha256()
     for part in (gm.code, *map(_tensor_meta, example_inputs),
                  *(f"{n}:{_tensor_meta(t)}" for n, t in gm.named_parameters()),
                  *(f"{n}:{_tensor_meta(t)}" for n, t in gm.named_buffers()),
-                 config_fingerprint, repr(sorted((hardware or {}).items())), torch.__version__,
-                 source_hash, str(ENTRY_VERSION)):
+                 config_fingerprint, str(grad_enabled), repr(planned_at),
+                 repr(sorted((hardware or {}).items())), torch.__version__,
+                 source_hash(), str(ENTRY_VERSION)):
         digest.update(part.encode())
         digest.update(b"\0")
     return digest.hexdigest()[:32]

@@ -160,7 +160,7 @@ def _plan_cost_model(joint_gm, start: Partition, num_fwd_outputs: int, config: O
              "nothing moved) for %s; costed in %.1f s", graph_id, len(facts.tensors),
              _mib(sum(x.nbytes for x in facts.tensors)), _mib(baseline.peak_bytes),
              baseline.step_ms, budget.describe(), time.perf_counter() - t0)
-    tags = {n.name: n.meta["recompute"] for n in joint_gm.graph.nodes if "recompute" in n.meta}
+    tags = recompute_tags(joint_gm)  # the user's, before any probe tags the graph
     realise = functools.partial(_realise, joint_gm, num_fwd_outputs, config, start, lanes,
                                 baseline, cost, budget, repartition)
     t1 = time.perf_counter()
