@@ -267,3 +267,23 @@ def test_reloads_are_not_marked_unaligned():
     bw = codes[-1]
     assert bw.count("torch.ops.offload.h2d.default(") == len(b.plans[0].offloaded) > 10
     assert "(op: torch.ops.offload.h2d.default) is assumed to be not aligned" not in bw
+
+
+def test_module_path_and_source_line_speak_the_users_terms():
+    import torch.fx as fx
+
+    from passes.nodes import module_path, source_line
+
+    g = fx.Graph()
+    n = g.placeholder("x")
+    n.meta["nn_module_stack"] = {"a": ("L['self'].blocks", object), "b": ("L['self'].blocks.0.attn.qkv", object)}
+    n.meta["stack_trace"] = ('  File "/x/model.py", line 12, in forward\n    y = f(x)\n'
+                             '  File "/x/gpt.py", line 85, in forward\n    q = self.qkv(x)\n')
+    assert module_path(n) == "blocks.0.attn.qkv"
+    assert source_line(n) == "gpt.py:85 in forward"
+    n.meta["nn_module_stack"] = {"b": ("L['self']._modules['blocks']._modules['0']", object)}
+    assert module_path(n) == "blocks.0"
+    n.meta["nn_module_stack"] = {"b": ("L['mod'].proj", object)}
+    assert module_path(n) == "mod.proj"
+    m = g.placeholder("y")
+    assert module_path(m) == "" and source_line(m) == ""
