@@ -391,7 +391,7 @@ def materialization_points(graph: fx.Graph) -> dict[fx.Node, int]:
 
 
 _FRAME = re.compile(r'File "([^"]+)", line (\d+), in (\S+)')
-_ROOT = re.compile(r"^L\[['\"]self['\"]\]\.?|^L\[['\"]([^'\"]+)['\"]\]")
+_ROOT = re.compile(r"^L\[['\"]([^'\"]+)['\"]\]\.?")
 
 
 def module_path(node: fx.Node) -> str:
@@ -404,7 +404,7 @@ def module_path(node: fx.Node) -> str:
     if not isinstance(path, str):
         return ""
     path = re.sub(r"\._modules\[['\"]([^'\"]+)['\"]\]", r".\1", path)  # older Dynamo spelling
-    path = _ROOT.sub(lambda m: m.group(1) + "." if m.group(1) else "", path)
+    path = _ROOT.sub(lambda m: "" if m.group(1) == "self" else m.group(1) + ".", path)
     return path.strip(".")
 
 
