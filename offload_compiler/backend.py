@@ -15,7 +15,9 @@ import torch.fx as fx
 
 from .config import OffloadConfig
 from .partitioner import OffloadPartitioner
-from .planning import cache, sizes
+from .planning import cache, limits, sizes
+from .planning.replan import Corrections
+from .replanning import MeasuredGraph
 from .reporting.records import GraphPlan
 from .runtime.pool import host_pool
 
@@ -60,15 +62,34 @@ class OffloadBackend:
         planned_at: Mapping[Any, int] | None = None,
     ) -> Callable[..., Any]:
         """The inner compiler's callable for ``gm``, planned at the hints or, for a graph
-        with dynamic sizes, at ``planned_at`` (size symbol to value)."""
-        partitioner = OffloadPartitioner(config, on_plan=self.plans.append,
-                                         cache_key=cache.key_for(gm, example_inputs, config, planned_at))
+        with dynamic sizes, at ``planned_at`` (size symbol to value); for a static graph
+        on a device the backend measures, wrapped to measure its first calls and plan
+        again from the measurement (``replanning.py``)."""
+        device = _offload_device(example_inputs, config)
+        corrections = limits.initial(config, device)
+        compiled, plan = self._compile_planned(gm, example_inputs, config, planned_at, corrections)
+        if not config.replan or config.policy == "none" or device is None:
+            return compiled
+
+        def recompile(new: Corrections, args: list) -> tuple[Callable[..., Any], GraphPlan | None]:
+            return self._compile_planned(gm, args, config, planned_at, new)
+
+        return MeasuredGraph(compiled, plan, device, corrections,
+                             recompile if planned_at is None else None)
+
+    def _compile_planned(self, gm, example_inputs, config: OffloadConfig, planned_at,
+                         corrections: Corrections) -> tuple[Callable[..., Any], GraphPlan | None]:
+        made = _Collect(self.plans)
+        partitioner = OffloadPartitioner(
+            config, on_plan=made, corrections=corrections,
+            cache_key=cache.key_for(gm, example_inputs, config, planned_at, corrections))
         compiled = self._inner_compile(gm, example_inputs, config, sizes.at_sizes(partitioner, planned_at))
         if not partitioner.called and torch.is_grad_enabled():
             # No partition: Inductor's (or AOTAutograd's) cache held the graphs, or no
             # backward is needed (then the plan cache has no entry for this key either).
             partitioner.report_cached()
-        return compiled
+        return compiled, (made.plans[-1] if made.plans else None)
+
 
     @staticmethod
     def _inner_compile(gm, example_inputs, config: OffloadConfig, partitioner):
@@ -95,6 +116,12 @@ class OffloadBackend:
             fw_compiler=run_fx, bw_compiler=run_fx, partition_fn=partitioner,
             keep_inference_input_mutations=True,
         )(gm, example_inputs), example_inputs)
+
+
+def _offload_device(example_inputs: Sequence[Any], config: OffloadConfig) -> torch.device | None:
+    """The device of the first floating-point input on an offload device, or ``None``."""
+    return next((x.device for x in example_inputs if isinstance(x, torch.Tensor)
+                 and x.is_floating_point() and x.device.type in config.devices), None)
 
 
 def _uses_pool(config: OffloadConfig, compiled: Callable[..., Any], example_inputs: Sequence[Any]) -> Callable[..., Any]:
@@ -149,3 +176,16 @@ def register() -> None:
     if registry._BACKENDS.get("offload") is not None:  # entry point found, not loaded
         return
     registry.register_backend(offload_backend, name="offload")
+
+
+class _Collect:
+    """``on_plan`` of one compile: keeps its plans and adds them to the backend's. A class,
+    not a closure: Inductor pickles the partitioner with its state for its cache key."""
+
+    def __init__(self, into: list[GraphPlan]) -> None:
+        self.into = into
+        self.plans: list[GraphPlan] = []
+
+    def __call__(self, plan: GraphPlan) -> None:
+        self.into.append(plan)
+        self.plans.append(plan)

@@ -125,6 +125,27 @@ class OffloadConfig:
     Inductor's own cache skips our partitioner (the plan record, log line and dump then
     still appear). ``False`` (or ``OFFLOAD_COMPILER_PLAN_CACHE=0``) plans on every compile."""
 
+    memory_limit: str | int | None = None
+    """Bound on the *measured step peak* on the device: every byte allocated from the
+    start of a compiled graph's forward to the end of its backward, with what was held
+    before it (parameters, gradients, optimizer state). Bytes with a unit (``"40GiB"``,
+    ``"35.5GB"``) or ``"device"``: what the GPU can give this process when the graph is
+    compiled (free memory plus what PyTorch's allocator already holds), less
+    ``DEVICE_MARGIN`` for the allocator's fragmentation. The planner takes the fastest
+    plan whose predicted step peak fits (with ``memory_budget="auto"``; a fixed
+    ``memory_budget`` is also met), without running the graph unmodified first; after the
+    first measured steps it plans again if the measured peak went over
+    (``replan``). No plan fitting raises ``MemoryLimitError`` saying how much is missing.
+    ``None`` (default): no limit. Counted on CUDA devices; on CPU (loopback) nothing held
+    before the forward is counted."""
+
+    replan: bool = True
+    """Measure the compiled graph in its first training calls on the GPU (memory peak
+    and what holds it, kernel and copy time, stalls), report predicted against measured,
+    and plan again once, with the corrected inputs, where they differ by more than 5%
+    (or the step went over ``memory_limit``): the graph is compiled a second time.
+    ``False``: one compile, no measurement."""
+
     def __post_init__(self) -> None:
         if self.inner_compiler not in _choices(InnerCompiler):
             raise ValueError(
@@ -147,6 +168,9 @@ class OffloadConfig:
         self._set("max_host_bytes", _check_int("max_host_bytes", self.max_host_bytes, allow_none=True))
         self._set("prefetch_depth", _check_int("prefetch_depth", self.prefetch_depth, allow_none=False))
         self._set("memory_budget", _check_budget(self.memory_budget))
+        self._set("memory_limit", _check_limit(self.memory_limit))
+        if not isinstance(self.replan, bool):
+            raise ValueError(f"replan={self.replan!r} is not valid; give True or False")
         if not isinstance(self.plan_cache, bool):
             raise ValueError(f"plan_cache={self.plan_cache!r} is not valid; give True or False")
         if self.dump_dir is not None and not isinstance(self.dump_dir, (str, os.PathLike)):
@@ -303,6 +327,28 @@ def parse_nbytes(name: str, text: str) -> int | None:
     return int(float(match.group(1)) * _SIZE_UNITS[match.group(2) or ""])
 
 
+#: ``memory_limit="device"``: the fraction of what the GPU can give that is held back for
+#: the caching allocator's fragmentation (blocks split and cached, not reusable at once).
+DEVICE_MARGIN = 0.05
+
+
+def _check_limit(value: Any) -> int | str | None:
+    """``memory_limit`` normalised: ``None``, ``"device"`` or an int of bytes from a size
+    with a unit."""
+    if value is None or value == "device":
+        return value
+    if isinstance(value, str) and re.search(r"[a-zA-Z]", value):
+        try:
+            nbytes = parse_nbytes("memory_limit", value)
+        except ValueError:
+            nbytes = None
+        if nbytes:
+            return nbytes
+    raise ValueError(
+        f"memory_limit={value!r} is not valid; give bytes with a unit as a string "
+        "(e.g. \"40GiB\", \"35.5GB\", \"512MiB\"), \"device\" (what the GPU can give) or None")
+
+
 def _check_budget(value: Any) -> float | int | str:
     """``memory_budget`` normalised: ``"auto"``, a Python ``int`` of bytes (any integer
     value) or a Python ``float`` fraction in (0, 1] (any other real value)."""
@@ -328,3 +374,13 @@ def _check_int(name: str, value: Any, *, allow_none: bool) -> int | None:
         allowed = "a non-negative integer" + (" or None" if allow_none else "")
         raise ValueError(f"{name}={value!r} is not valid; it must be {allowed}")
     return int(value)
+
+
+def format_bytes(nbytes: int | float) -> str:
+    """``nbytes`` in the largest binary unit that keeps it at least 1: ``"1.50 GiB"``,
+    ``"64.0 MiB"``, ``"512 B"`` (negative sizes keep their sign)."""
+    sign, size = ("-" if nbytes < 0 else ""), abs(nbytes)
+    for unit, scale in (("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if size >= scale:
+            return f"{sign}{size / scale:.{2 if unit in ('TiB', 'GiB') else 1}f} {unit}"
+    return f"{sign}{int(size)} B"

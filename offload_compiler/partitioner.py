@@ -10,6 +10,7 @@ scope of one ``compile_fx`` call, never globally.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import itertools
 import logging
 from typing import Any, Callable, Sequence
@@ -31,6 +32,7 @@ from .config import OffloadConfig
 from .planning import Partition, PlannedGraph, plan_graph
 from .planning import cache
 from .planning.decide import offloads_of
+from .planning.replan import Corrections
 from .planning.search import progress, replay
 from .reporting import tables
 from .reporting.dump import Dumper, dump_root
@@ -52,11 +54,14 @@ class OffloadPartitioner(CustomPartitionerFn):
 
     def __init__(
         self, config: OffloadConfig, on_plan: Callable[[GraphPlan], None] | None = None,
-        cache_key: str | None = None,
+        cache_key: str | None = None, corrections: Corrections = Corrections(),
     ) -> None:
         self.config = config
         self.on_plan = on_plan
         self.cache_key = cache_key
+        self.corrections = corrections
+        """Inputs measured on an earlier plan of this graph, and the bytes ``memory_limit``
+        leaves the step (``planning/replan.py``)."""
         self.called = False
 
     def __call__(
@@ -79,7 +84,7 @@ class OffloadPartitioner(CustomPartitionerFn):
             fw_gm, bw_gm, candidates = repartition()
             dumper.stage("partitioned", fw_gm, bw_gm)
             planned = plan_graph(gm, Partition(fw_gm, bw_gm, candidates), num_fwd_outputs,
-                                 self.config, graph_id, repartition)
+                                 self.config, graph_id, repartition, self.corrections)
             if planned.recomputed:
                 dumper.stage("recomputed", planned.fw_gm, planned.bw_gm)
             fresh = True
@@ -162,7 +167,8 @@ class OffloadPartitioner(CustomPartitionerFn):
 
     def uuid(self) -> str:
         """Changes with the config and with the code of this package and of ``passes``."""
-        return f"offload-{cache.source_hash()}-{self.config.fingerprint()}"
+        corrections = hashlib.sha256(self.corrections.key().encode()).hexdigest()[:16]
+        return f"offload-{cache.source_hash()}-{self.config.fingerprint()}-{corrections}"
 
 
 def _partition(joint_gm: fx.GraphModule, joint_inputs, kwargs) -> tuple[fx.GraphModule, fx.GraphModule]:

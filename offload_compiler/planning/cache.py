@@ -104,7 +104,7 @@ def source_hash() -> str:
 
 
 def key_for(gm: fx.GraphModule, example_inputs: Sequence[Any], config: Any,
-            planned_at: Mapping[Any, int] | None = None) -> str | None:
+            planned_at: Mapping[Any, int] | None = None, corrections: Any = None) -> str | None:
     """The plan cache's key for compiling ``gm`` with ``config`` (``None`` with the cache
     off): the graph, its inputs, the options that change a plan, grad mode, the sizes
     planned at (dynamic shapes), the hardware profile it is costed with and the code."""
@@ -117,7 +117,10 @@ def key_for(gm: fx.GraphModule, example_inputs: Sequence[Any], config: Any,
     hardware = None
     if device is not None and config.policy != "none":
         hardware = dataclasses.asdict(profile_for(device, dict(config.hardware or ())))
-    return plan_key(gm, example_inputs, config.fingerprint(exclude=("dump_dir", "plan_cache")),
+    fingerprint = config.fingerprint(exclude=("dump_dir", "plan_cache", "replan"))
+    if corrections is not None:  # measured inputs, the bytes under memory_limit
+        fingerprint += corrections.key()
+    return plan_key(gm, example_inputs, fingerprint,
                     torch.is_grad_enabled(),
                     sorted((str(s), v) for s, v in (planned_at or {}).items()), hardware)
 

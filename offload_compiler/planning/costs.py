@@ -199,10 +199,16 @@ class NodeCosts:
     falls back to the estimate. CPU nodes always estimate.
     """
 
-    def __init__(self, hw: HardwareProfile, profile: bool = False, repeat: int = 5) -> None:
+    def __init__(self, hw: HardwareProfile, profile: bool = False, repeat: int = 5,
+                 fw_scale: float = 1.0, bw_scale: float = 1.0) -> None:
         self.hw = hw
         self.profile = profile
         self.repeat = repeat
+        self.fw_scale = fw_scale
+        """Measured over estimated compute of the forward (``planning/replan.py``); the
+        facts (``facts.gather``) scale forward node times and recomputations by it."""
+        self.bw_scale = bw_scale
+        """The same for the backward's node times."""
 
     def __call__(self, node: fx.Node) -> float:
         key = None

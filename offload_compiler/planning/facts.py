@@ -145,8 +145,12 @@ def gather(fw_gm: fx.GraphModule, bw_gm: fx.GraphModule, num_fwd_outputs: int,
               for n in bw_nodes]
     slowed = ([not is_extern(n) for n in fw_nodes], [not is_extern(n) for n in bw_nodes])
     transients = step_transients(fw_live, bw_live, num_fwd_outputs)
-    return Facts(fw_nodes, bw_nodes, [cost(n) for n in fw_nodes],
-                 [cost(n) for n in bw_nodes], tensors, options, chains, bw_out_bytes=bw_out,
+    fw, bw = cost.fw_scale, cost.bw_scale  # measured corrections (planning/replan.py)
+    if fw != 1.0:
+        tensors = [dataclasses.replace(x, recompute_ms=x.recompute_ms * fw, shared_ms=x.shared_ms * fw)
+                   for x in tensors]
+    return Facts(fw_nodes, bw_nodes, [cost(n) * fw for n in fw_nodes],
+                 [cost(n) * bw for n in bw_nodes], tensors, options, chains, bw_out_bytes=bw_out,
                  slowed=slowed, transients=transients)
 
 

@@ -28,7 +28,7 @@ import torch.fx as fx
 
 from passes import Candidate
 
-from ..config import OffloadConfig
+from ..config import OffloadConfig, format_bytes
 from ..decision import RECOMPUTE
 from ..reporting.records import GraphPlan, Predictions
 from .budget import Budget
@@ -36,6 +36,7 @@ from .costs import NodeCosts
 from .decide import choose, decide_from_solution
 from .facts import Facts, final_simulation, gather, lanes_of, tag_recompute
 from .hardware import profile_for
+from .replan import Corrections, MemoryLimitError
 from .simulator import Lanes, SimResult
 from .solver import Solution, bisect_budgets, solve
 
@@ -47,6 +48,8 @@ progress = logging.getLogger("offload_compiler.progress")
 MAX_ROUNDS = 3
 #: ``"auto"``: fixed budgets tried on realised partitions after the solver's own choice.
 AUTO_REALISED_STEPS = 4
+#: ``memory_limit``: activation budgets tried between the least peak and the start.
+LIMIT_STEPS = 5
 
 #: ``repartition()``: min-cut on the (re-tagged) joint graph, then candidate analysis:
 #: ``(fw_gm, bw_gm, candidates)``.
@@ -90,18 +93,22 @@ class PlannedGraph:
 
 
 def plan_graph(joint_gm: fx.GraphModule, start: Partition, num_fwd_outputs: int,
-               config: OffloadConfig, graph_id: int, repartition: Repartition) -> PlannedGraph:
+               config: OffloadConfig, graph_id: int, repartition: Repartition,
+               corrections: Corrections = Corrections()) -> PlannedGraph:
     """Plan one graph: ``start`` is min-cut's partition of ``joint_gm`` and its candidates;
-    ``repartition`` runs min-cut again once recompute tags are set."""
+    ``repartition`` runs min-cut again once recompute tags are set; ``corrections`` are
+    inputs measured on an earlier plan of the same graph (``replan.py``) and, with
+    ``memory_limit``, the bytes the step may take."""
     off_device = not any(c.device.split(":")[0] in config.devices for c in start.candidates)
     if config.policy == "cost_model" and not off_device:
-        planned = _plan_cost_model(joint_gm, start, num_fwd_outputs, config, graph_id, repartition)
+        planned = _plan_cost_model(joint_gm, start, num_fwd_outputs, config, graph_id, repartition,
+                                   corrections)
     else:
         plan = choose(start.candidates, config, graph_id)
         if not off_device:
-            cost, lanes = _cost_model(start.candidates, config)
+            cost, lanes = _cost_model(start.candidates, config, corrections)
             facts = gather(start.fw_gm, start.bw_gm, num_fwd_outputs, start.candidates, None, cost)
-            _simulate(plan, facts, final_simulation(facts, {}, lanes), lanes, cost)
+            _simulate(plan, facts, final_simulation(facts, {}, lanes), lanes, cost, corrections)
         planned = PlannedGraph(start.fw_gm, start.bw_gm, plan, recompute_tags=recompute_tags(joint_gm))
     planned.plan.off_device = off_device
     return planned
@@ -139,18 +146,21 @@ def replay(joint_gm: fx.GraphModule, tags: dict[str, Any], plan: GraphPlan,
         recomputed=bool(plan.recomputed), recompute_tags=dict(tags))
 
 
-def _cost_model(candidates: list[Candidate], config: OffloadConfig) -> tuple[NodeCosts, Lanes]:
-    """Node costs and the copy lanes to plan with, for the graph's device."""
+def _cost_model(candidates: list[Candidate], config: OffloadConfig,
+                corrections: Corrections = Corrections()) -> tuple[NodeCosts, Lanes]:
+    """Node costs and the copy lanes to plan with, for the graph's device (with the
+    measured bandwidths and compute scales of ``corrections``)."""
     device = _device_of(candidates, config.devices)
-    hw = profile_for(device, dict(config.hardware or ()))
-    cost = NodeCosts(hw, profile=config.node_costs == "profile")
+    hw = profile_for(device, {**dict(config.hardware or ()), **corrections.hardware()})
+    cost = NodeCosts(hw, profile=config.node_costs == "profile",
+                     fw_scale=corrections.fw_scale, bw_scale=corrections.bw_scale)
     return cost, lanes_of(hw, config.copy_margin)
 
 
 def _plan_cost_model(joint_gm, start: Partition, num_fwd_outputs: int, config: OffloadConfig,
-                     graph_id: int, repartition: Repartition) -> PlannedGraph:
+                     graph_id: int, repartition: Repartition, corrections: Corrections) -> PlannedGraph:
     t0 = time.perf_counter()
-    cost, lanes = _cost_model(start.candidates, config)
+    cost, lanes = _cost_model(start.candidates, config, corrections)
     facts = gather(start.fw_gm, start.bw_gm, num_fwd_outputs, start.candidates, joint_gm, cost,
                    config.min_offload_bytes)
     start = dataclasses.replace(start, facts=facts)
@@ -164,10 +174,16 @@ def _plan_cost_model(joint_gm, start: Partition, num_fwd_outputs: int, config: O
     realise = functools.partial(_realise, joint_gm, num_fwd_outputs, config, start, lanes,
                                 baseline, cost, budget, repartition)
     t1 = time.perf_counter()
-    best = realise(budget.nbytes)
-    progress.info("offload: graph %d: solved and realised in %.1f s: peak %s, step %.2f ms",
-             graph_id, time.perf_counter() - t1, _mib(best.final.peak_bytes), best.final.step_ms)
-    if budget.auto and any(o.can_recompute for o in facts.options.values()):
+    available = corrections.available_bytes
+    best = None
+    if available is None or not budget.auto:  # memory_limit with "auto": starts from nothing moved
+        best = realise(budget.nbytes)
+        progress.info("offload: graph %d: solved and realised in %.1f s: peak %s, step %.2f ms",
+                      graph_id, time.perf_counter() - t1, _mib(best.final.peak_bytes), best.final.step_ms)
+    if available is not None:
+        best = _fit_limit(best, realise, baseline, joint_gm, tags, budget, available,
+                          corrections, graph_id)
+    elif budget.auto and any(o.can_recompute for o in facts.options.values()):
         best = _search_realised(best, realise, baseline, joint_gm, tags, config.max_overhead,
                                 graph_id)
     progress.info("offload: graph %d: planned in %.1f s", graph_id, time.perf_counter() - t0)
@@ -177,10 +193,10 @@ def _plan_cost_model(joint_gm, start: Partition, num_fwd_outputs: int, config: O
         best.solution,
         decisions={**{n: RECOMPUTE for n in best.recomputed}, **best.solution.decisions},
         reasons={**best.recomputed, **best.solution.reasons})
-    if budget.auto:
+    if budget.auto and available is None:
         solution = dataclasses.replace(solution, budget_bytes=None, met=True, note="")
     plan = decide_from_solution(best.candidates, solution, graph_id, best.earlier)
-    final = _simulate(plan, best.facts, baseline, lanes, cost, solution.budget_bytes)
+    final = _simulate(plan, best.facts, baseline, lanes, cost, corrections, solution.budget_bytes)
     if solution.budget_bytes is not None and final.peak_bytes > solution.budget_bytes:
         plan.note = (f"budget of {solution.budget_bytes} bytes not reachable: best effort "
                      f"predicts {final.peak_bytes} bytes")
@@ -281,15 +297,66 @@ def _search_realised(first: _Realised, realise, baseline: SimResult, joint_gm: f
 
 
 def _simulate(plan: GraphPlan, facts: Facts, baseline: SimResult, lanes: Lanes, cost: NodeCosts,
-              budget_bytes: int | None = None) -> SimResult:
+              corrections: Corrections, budget_bytes: int | None = None) -> SimResult:
     """Simulate the plan's decisions; attach the timeline, the predictions and the
-    hardware profile they were costed with."""
+    hardware profile they were costed with (and the corrections, if measured)."""
     plan.hardware = dataclasses.asdict(cost.hw)
+    if corrections != Corrections():
+        plan.corrections = dataclasses.asdict(corrections)
     decisions = {d.name: d.decision for d in plan.decisions}
     final = final_simulation(facts, decisions, lanes)
     plan.simulation, plan.baseline_simulation = final, baseline
-    plan.predicted = Predictions.of(baseline, final, budget_bytes)
+    plan.predicted = Predictions.of(baseline, final, budget_bytes, (sum(facts.fw_ms), sum(facts.bw_ms)),
+                                    corrections.unmodelled_bytes)
     return final
+
+
+def _fit_limit(first: _Realised | None, realise, baseline: SimResult, joint_gm: fx.GraphModule,
+               tags: dict[str, Any], budget: Budget, available: int, corrections: Corrections,
+               graph_id: int) -> _Realised:
+    """``memory_limit``: the fastest realised plan whose predicted step peak (with the
+    bytes a measurement found the model misses) fits in ``available`` bytes above what is
+    held before the forward. With ``memory_budget="auto"`` the search starts from nothing
+    moved; with a fixed budget, from that budget's plan (``first``). Bisects the
+    activation budget between the least peak the planner reaches and the start (larger
+    budgets are faster), ``LIMIT_STEPS`` probes; raises :class:`MemoryLimitError` with the
+    shortfall when even the least peak does not fit."""
+    def peak(r: _Realised) -> int:
+        return r.final.step_peak_bytes + corrections.unmodelled_bytes
+
+    def attempt(nbytes: int) -> _Realised:
+        _restore_tags(joint_gm, tags)
+        return realise(nbytes)
+
+    start = attempt(baseline.peak_bytes) if first is None else first
+    if peak(start) <= available:
+        progress.info("offload: graph %d: memory_limit: the plan fits (step peak %s of %s available)",
+                      graph_id, _mib(peak(start)), _mib(available))
+        return start
+    least = attempt(0)
+    if peak(least) > available:
+        raise MemoryLimitError(
+            f"graph {graph_id}: memory_limit cannot be met: the least step peak any plan reaches "
+            f"is {format_bytes(peak(least))} above the {format_bytes(corrections.held_before_bytes)} held before the "
+            f"forward, and {format_bytes(available)} is available under the limit of "
+            f"{format_bytes(corrections.limit_bytes or 0)}: {format_bytes(peak(least) - available)} short. Raise "
+            "memory_limit, use a smaller batch, or shard the model.")
+    best, lo, hi = least, least.final.peak_bytes, start.final.peak_bytes
+    for probe in range(LIMIT_STEPS):
+        mid = (lo + hi) // 2
+        trial = attempt(mid)
+        fits = peak(trial) <= available
+        progress.info("offload: graph %d: memory_limit probe %d/%d: budget %s -> step peak %s (%s %s "
+                      "available), step %.2f ms", graph_id, probe + 1, LIMIT_STEPS, _mib(mid),
+                      _mib(peak(trial)), "within" if fits else "over", _mib(available),
+                      trial.final.step_ms)
+        if fits:
+            lo = mid
+            if trial.final.step_ms < best.final.step_ms:
+                best = trial
+        else:
+            hi = mid
+    return best
 
 
 def _restore_tags(joint_gm: fx.GraphModule, tags: dict[str, Any]) -> None:
@@ -313,3 +380,6 @@ def _device_of(candidates: list[Candidate], devices: tuple[str, ...]) -> str:
 
 def _mib(nbytes: int) -> str:
     return f"{nbytes / 2**20:.1f} MiB"
+
+
+

@@ -21,7 +21,7 @@ from ..decision import Decision
 #: The fields of :class:`Predictions` that add up over a model's graphs.
 ADDITIVE = ("activation_peak_bytes", "baseline_activation_peak_bytes", "peak_bytes",
             "step_peak_bytes", "baseline_step_peak_bytes", "step_ms", "baseline_step_ms",
-            "stall_ms")
+            "stall_ms", "fw_compute_ms", "bw_compute_ms")
 
 
 @dataclass(frozen=True)
@@ -52,6 +52,11 @@ class Predictions(Mapping):
     """Predicted time compute waits for copies."""
     budget_bytes: int
     """The activation budget planned for, in bytes; ``-1`` for ``"auto"``."""
+    fw_compute_ms: float = 0.0
+    """Compute time of the forward's ops, summed (no stalls): what a measurement of the
+    forward's compute is compared with to correct the estimates (``planning/replan.py``)."""
+    bw_compute_ms: float = 0.0
+    """The same for the backward's ops (recomputations included)."""
 
     def __getitem__(self, key: str) -> Any:
         if key not in self._names():
@@ -78,19 +83,23 @@ class Predictions(Mapping):
         return {name: sum(p[name] for p in many) for name in cls._names() if name in ADDITIVE}
 
     @classmethod
-    def of(cls, baseline: Any, final: Any, budget_bytes: int | None = None) -> "Predictions":
-        """From the simulation of a plan (``final``) and of nothing moved (``baseline``)."""
+    def of(cls, baseline: Any, final: Any, budget_bytes: int | None = None,
+           compute_ms: tuple[float, float] = (0.0, 0.0), unmodelled_bytes: int = 0) -> "Predictions":
+        """From the simulation of a plan (``final``) and of nothing moved (``baseline``);
+        ``unmodelled_bytes`` (measured, ``planning/replan.py``) is added to the step peaks."""
         return cls(
             activation_peak_bytes=final.peak_bytes,
             baseline_activation_peak_bytes=baseline.peak_bytes,
             peak_bytes=final.peak_bytes,
             peak_time_ms=final.peak_time_ms,
-            step_peak_bytes=final.step_peak_bytes,
-            baseline_step_peak_bytes=baseline.step_peak_bytes,
+            step_peak_bytes=final.step_peak_bytes + unmodelled_bytes,
+            baseline_step_peak_bytes=baseline.step_peak_bytes + unmodelled_bytes,
             step_ms=final.step_ms,
             baseline_step_ms=baseline.step_ms,
             stall_ms=final.stall_ms,
             budget_bytes=-1 if budget_bytes is None else budget_bytes,
+            fw_compute_ms=compute_ms[0],
+            bw_compute_ms=compute_ms[1],
         )
 
 
@@ -135,6 +144,29 @@ class GraphPlan:
     """For a graph with dynamic sizes, the values of its size symbols the plan was made
     for, by symbol (``{"s0": 256}``): the sizes in force (``passes.nodes.sizes_at``) when
     the record was made. Empty for a static graph."""
+    measured: Any = None
+    """A call of the compiled graph as measured on the GPU (``runtime.measure.Measured``):
+    time, stalls, copies, the step peak and what held it; ``None`` until measured (the
+    backend measures in the first steps, ``OffloadConfig.replan``)."""
+    corrections: dict[str, Any] = field(default_factory=dict)
+    """The planner inputs corrected from a measurement that this plan was made with
+    (``planning.replan.Corrections``); empty for a plan made from estimates alone."""
+    replaces: int | None = None
+    """The graph id of the plan this one replaced after a measurement, if any."""
+
+    def measured_text(self) -> str:
+        """Predicted against measured, in one line (empty when not measured)."""
+        m, p = self.measured, self.predicted
+        if m is None or p is None:
+            return ""
+        parts = [f"step {m.step_ms:.2f} ms measured vs {p.step_ms:.2f} ms predicted "
+                 f"({_signed(p.step_ms / m.step_ms - 1) if m.step_ms else 'n/a'}), "
+                 f"stalls {m.stall_ms:.2f} ms vs {p.stall_ms:.2f} ms"]
+        if m.step_peak_bytes is not None:
+            parts.append(f"step peak {_mib(m.step_peak_bytes)} measured vs {_mib(p.step_peak_bytes)} "
+                         f"predicted ({_signed(p.step_peak_bytes / m.step_peak_bytes - 1) if m.step_peak_bytes else 'n/a'}), "
+                         f"in {m.peak_phase or 'n/a'}")
+        return f"graph {self.graph_id}: " + "; ".join(parts)
 
     @property
     def recomputed(self) -> list[DecisionRecord]:
@@ -182,5 +214,9 @@ def sizes_text(sizes: Mapping[str, int]) -> str:
 
 def _mib(nbytes: int) -> str:
     return f"{nbytes / 2**20:.1f} MiB"
+
+
+def _signed(fraction: float) -> str:
+    return f"{fraction * 100:+.1f}%"
 
 

@@ -48,7 +48,7 @@ from typing import List, Optional
 import torch
 from torch import Tensor
 
-from . import streams
+from . import measure, streams
 from .pool import host_pool
 
 log = logging.getLogger(__name__)
@@ -118,9 +118,12 @@ def _d2h_cuda(src: Tensor, like: Tensor) -> Tensor:
         stream.wait_event(event)
     if block.ready_event is not None:
         stream.wait_event(block.ready_event)
+    start = measure.copy_started(stream) if measure.active is not None else None
     with streams.on(stream, compute):
         streams.inject_delay(streams.D2H)
         host.copy_(src, non_blocking=True)
+    if start is not None:
+        measure.copy_done(stream, start, "d2h", src.numel() * src.element_size())
     done = streams.mark_ready(stream)
     block.events = []
     block.ready_event = done
@@ -140,7 +143,17 @@ def release_source(src: Tensor, host: Tensor) -> None:
         return
     block = host_pool().lookup(host)
     if block is not None and block.ready_event is not None:
-        torch.cuda.current_stream(src.device).wait_event(block.ready_event)
+        _wait(torch.cuda.current_stream(src.device), block.ready_event)
+
+
+def _wait(compute: torch.cuda.Stream, event: torch.cuda.Event) -> None:
+    """``compute`` waits for ``event``; measured as a stall while a recorder is active."""
+    if measure.active is None:
+        compute.wait_event(event)
+        return
+    before = measure.stall_before(compute)
+    compute.wait_event(event)
+    measure.stall_after(compute, before)
 
 
 def _release(src: Tensor, host: Tensor, anchor: Optional[Tensor]) -> None:
@@ -170,9 +183,12 @@ def copy_to_device(host: Tensor, anchor: Optional[Tensor], device: str, stride: 
     block = host_pool().lookup(host)
     if block is not None and block.ready_event is not None:
         stream.wait_event(block.ready_event)
+    start = measure.copy_started(stream) if measure.active is not None else None
     with streams.on(stream, compute):
         streams.inject_delay(streams.H2D)
         out.copy_(host, non_blocking=True)
+    if start is not None:
+        measure.copy_done(stream, start, "h2d", out.numel() * out.element_size())
     done = streams.mark_ready(stream)
     if block is not None:
         block.events.append(done)
@@ -196,7 +212,7 @@ def wait_for_copy(x: Tensor) -> None:
         return
     event = _pending.pop(x.untyped_storage().data_ptr(), None)
     if event is not None:
-        torch.cuda.current_stream(x.device).wait_event(event)
+        _wait(torch.cuda.current_stream(x.device), event)
 
 
 def _nothing(*args) -> None:

@@ -1,0 +1,120 @@
+"""Planning again from a measurement: what the planner corrects, and when.
+
+A plan is made from estimates: node times from a roofline, copy bandwidth from a
+calibration, memory from a model of Inductor's buffers. :class:`Corrections` are the
+inputs a measured call of the compiled graph (``runtime.measure.Measured``) corrects:
+
+- ``fw_scale`` / ``bw_scale``: measured compute time (the call's time less the time
+  compute waited for copies) over the estimate, forward and backward apart; every node
+  time of that phase is multiplied by it (recomputations are forward ops: ``fw_scale``);
+- ``d2h_gbps`` / ``h2d_gbps``: the copies' measured bandwidth;
+- ``unmodelled_bytes``: measured step peak less the predicted one; added to every
+  predicted step peak after it;
+- ``held_before_bytes`` / ``limit_bytes``: with ``memory_limit``, what was allocated when
+  the forward started and the limit; plans fit ``held_before + step peak`` under it.
+
+:func:`disagreements` says whether a measurement is far enough from the prediction to
+plan again (``TOLERANCE``), :func:`corrected` gives the new inputs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+from ..config import format_bytes
+
+#: Relative error of a prediction, against the measurement, that makes the backend plan again.
+TOLERANCE = 0.05
+#: Copies smaller than this in all do not correct the bandwidth (too little to time well).
+MIN_TIMED_COPY_BYTES = 16 << 20
+#: Granularity of the bytes available under ``memory_limit``, as a power of two below
+#: the amount (2**-8 of it at most): plans and cache keys do not change with every MiB the
+#: allocator happens to hold at compile time.
+AVAILABLE_BITS = 8
+
+
+@dataclass(frozen=True)
+class Corrections:
+    """Planner inputs corrected from a measurement (the defaults correct nothing)."""
+
+    fw_scale: float = 1.0
+    bw_scale: float = 1.0
+    d2h_gbps: float | None = None
+    h2d_gbps: float | None = None
+    unmodelled_bytes: int = 0
+    held_before_bytes: int = 0
+    limit_bytes: int | None = None
+    measured_call: int | None = None
+    """The call of the compiled graph these come from (``None``: not measured)."""
+
+    @property
+    def available_bytes(self) -> int | None:
+        """Bytes the step may take above what is held before it, under ``memory_limit``
+        (rounded down, ``AVAILABLE_BITS``); ``None`` without a limit."""
+        if self.limit_bytes is None:
+            return None
+        free = self.limit_bytes - self.held_before_bytes
+        step = 1 << max(0, free.bit_length() - AVAILABLE_BITS)
+        return free - free % step if free > 0 else free
+
+    def key(self) -> str:
+        """What the plan cache and Inductor's cache key on: the inputs a plan depends on."""
+        fields = dataclasses.asdict(self)
+        fields.pop("measured_call")
+        fields.pop("held_before_bytes")
+        fields.pop("limit_bytes")
+        fields["available_bytes"] = self.available_bytes
+        return repr(sorted((k, round(v, 4) if isinstance(v, float) else v) for k, v in fields.items()))
+
+    def hardware(self) -> dict[str, float]:
+        """Overrides of the hardware profile: the measured bandwidths."""
+        return {k: v for k, v in (("d2h_gbps", self.d2h_gbps), ("h2d_gbps", self.h2d_gbps)) if v}
+
+
+def disagreements(predicted: Any, measured: Any, corrections: Corrections,
+                  tolerance: float = TOLERANCE) -> list[str]:
+    """Why ``measured`` (a ``Measured``) calls for a new plan, in words; empty when the
+    prediction (a ``Predictions``, already corrected by ``corrections``) holds."""
+    out = []
+    if measured.step_ms > 0 and abs(predicted.step_ms - measured.step_ms) > tolerance * measured.step_ms:
+        out.append(f"step {measured.step_ms:.2f} ms measured, {predicted.step_ms:.2f} ms predicted")
+    if measured.step_peak_bytes:
+        if abs(predicted.step_peak_bytes - measured.step_peak_bytes) > tolerance * measured.step_peak_bytes:
+            out.append(f"step peak {format_bytes(measured.step_peak_bytes)} measured, "
+                       f"{format_bytes(predicted.step_peak_bytes)} predicted")
+        if corrections.limit_bytes is not None and measured.held_before_bytes is not None:
+            total = measured.held_before_bytes + measured.step_peak_bytes
+            if total > corrections.limit_bytes:
+                out.append(f"{format_bytes(total)} at the peak (with {format_bytes(measured.held_before_bytes)} held "
+                           f"before the forward) is over memory_limit {format_bytes(corrections.limit_bytes)}")
+    return out
+
+
+def corrected(previous: Corrections, predicted: Any, measured: Any) -> Corrections:
+    """New planner inputs: ``previous`` corrected by how ``measured`` differs from
+    ``predicted`` (made with ``previous``)."""
+    changes: dict[str, Any] = {"measured_call": measured.call}
+    fw_compute = measured.fw_ms - getattr(measured, "fw_stall_ms", 0.0)
+    bw_compute = measured.bw_ms - (measured.stall_ms - getattr(measured, "fw_stall_ms", 0.0))
+    if predicted.fw_compute_ms > 0 and fw_compute > 0:
+        changes["fw_scale"] = previous.fw_scale * fw_compute / predicted.fw_compute_ms
+    if predicted.bw_compute_ms > 0 and bw_compute > 0:
+        changes["bw_scale"] = previous.bw_scale * bw_compute / predicted.bw_compute_ms
+    if measured.d2h_bytes >= MIN_TIMED_COPY_BYTES and measured.d2h_gbps:
+        changes["d2h_gbps"] = measured.d2h_gbps
+    if measured.h2d_bytes >= MIN_TIMED_COPY_BYTES and measured.h2d_gbps:
+        changes["h2d_gbps"] = measured.h2d_gbps
+    if measured.step_peak_bytes is not None:
+        changes["unmodelled_bytes"] = (previous.unmodelled_bytes
+                                       + measured.step_peak_bytes - predicted.step_peak_bytes)
+    if measured.held_before_bytes is not None and previous.limit_bytes is not None:
+        changes["held_before_bytes"] = measured.held_before_bytes
+    return dataclasses.replace(previous, **changes)
+
+
+class MemoryLimitError(RuntimeError):
+    """No plan fits ``memory_limit``; the message says by how much."""
+
+

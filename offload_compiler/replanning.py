@@ -1,0 +1,174 @@
+"""The compiled graph as the backend hands it to Dynamo: measured in its first calls,
+planned again once if the measurement contradicts the plan.
+
+:class:`MeasuredGraph` runs the inner compiler's callable. On call ``WARMUP + 1`` it
+measures memory (the allocator's records), on the next call time (events), both through
+``runtime.measure.source``; at the call after that it compares the measurement with the
+plan's predictions (``planning.replan.disagreements``). Where they disagree beyond the
+tolerance, or the step went over ``memory_limit``, it plans again from the corrected
+inputs (``planning.replan.corrected``), compiles the graph again with that plan, and
+runs the new one from this call on: a step boundary, since every forward call runs
+whole on one compiled graph and an autograd node keeps the backward it was made with.
+That happens at most once per graph (``MAX_REPLANS``); the new plan is measured again
+for the record. Each measurement is logged, put on the plan (``GraphPlan.measured``)
+and written to the graph's dump.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from typing import Any, Callable
+
+import torch
+from torch.utils._pytree import tree_leaves
+
+from .planning.replan import Corrections, corrected, disagreements
+from .reporting.records import GraphPlan
+from .runtime import measure
+
+log = logging.getLogger("offload_compiler")
+
+#: Calls of a compiled graph before it is measured (the first call pins host memory,
+#: and kernels may be tuned on it).
+WARMUP = 1
+#: Re-plans per graph: a measurement that still disagrees after one is reported, not acted on.
+MAX_REPLANS = 1
+#: Calls after the measured ones to wait for their backward before giving up.
+GIVE_UP_CALLS = 10_000
+
+Recompile = Callable[[Corrections, list], "tuple[Callable[..., Any], GraphPlan | None]"]
+
+
+class MeasuredGraph:
+    """A compiled graph that measures its first calls and may plan itself again once."""
+
+    def __init__(self, compiled: Callable[..., Any], plan: GraphPlan | None, device: torch.device,
+                 corrections: Corrections, recompile: Recompile | None) -> None:
+        self.compiled = compiled
+        self.plan = plan
+        self.device = device
+        self.corrections = corrections
+        self.recompile = recompile
+        self.calls = 0  # calls of the current compiled graph
+        self.replans = 0
+        self.recorders: dict[str, Any] = {}
+        self.done = plan is None or plan.predicted is None
+
+    def __call__(self, *args: Any) -> Any:
+        if self.done:
+            return self.compiled(*args)
+        self.calls += 1
+        if self.calls > WARMUP + 2 and self.recorders and all(
+                r.complete() for r, _ in self.recorders.values()):
+            self._evaluate(list(args))  # both measured calls finished their backward
+            if self.done:
+                return self.compiled(*args)
+        elif self.calls > WARMUP + 2 + GIVE_UP_CALLS:
+            self._abandon()
+            return self.compiled(*args)
+        what = {WARMUP + 1: "memory", WARMUP + 2: "time"}.get(self.calls)
+        recorder = None
+        if what is not None and torch.is_grad_enabled():
+            recorder = measure.source.recorder(self.device, self.calls, what)
+        if recorder is None:
+            if what is not None and not torch.is_grad_enabled():
+                self.calls -= 1  # measure a training call
+            return self.compiled(*args)
+        inputs = [a for a in args if isinstance(a, torch.Tensor) and a.requires_grad]
+        recorder.probe("fw_start")
+        out = self.compiled(*args)
+        recorder.probe("fw_end")
+        outputs = [o for o in tree_leaves(out) if isinstance(o, torch.Tensor) and o.requires_grad]
+        if not inputs or not outputs:
+            recorder.abort()
+            self.calls -= 1
+            return out
+        handles: list[Any] = []
+        started = []
+
+        def backward_started(_grads: Any) -> None:
+            if not started:  # the graph's backward node is about to run
+                started.append(True)
+                recorder.probe("bw_start")
+
+        def backward_done(_grad: Any) -> None:
+            for h in handles:
+                h.remove()
+            if started:
+                recorder.probe("bw_end")
+
+        from torch.autograd.graph import register_multi_grad_hook
+
+        for node in {o.grad_fn for o in outputs if o.grad_fn is not None}:
+            handles.append(node.register_prehook(backward_started))
+        handles.append(register_multi_grad_hook(inputs, backward_done, mode="any"))
+        self.recorders[what] = (recorder, handles)
+        return out
+
+    def _abandon(self) -> None:
+        """The measured calls' backward never ran: measure nothing more."""
+        for recorder, handles in self.recorders.values():
+            for h in handles:
+                h.remove()
+            recorder.abort()
+        self.recorders = {}
+        self.done = True
+        log.info("offload: graph %d: not measured (the backward of a measured call did not run)",
+                 self.plan.graph_id)
+
+    def _evaluate(self, args: list) -> None:
+        """Read the measurements of the last two calls; plan again if they call for it."""
+        results = {}
+        for what, (recorder, handles) in self.recorders.items():
+            for h in handles:
+                h.remove()
+            got = recorder.result()
+            if got is None:
+                recorder.abort()
+            results[what] = got
+        self.recorders = {}
+        timed, memory = results.get("time"), results.get("memory")
+        if timed is None:
+            self.done = True  # a backward did not run, or nothing could be measured: no re-plan
+            return
+        if memory is not None:
+            for name in ("held_before_bytes", "step_peak_bytes", "peak_phase", "holders"):
+                setattr(timed, name, getattr(memory, name))
+        plan = self.plan
+        plan.measured = timed
+        log.info("offload: measured %s", plan.measured_text())
+        for holder in timed.holders:
+            log.debug("offload: graph %d: at the measured peak: %s", plan.graph_id, holder)
+        _dump_measured(plan)
+        why = disagreements(plan.predicted, timed, self.corrections)
+        if not why or self.replans >= MAX_REPLANS or self.recompile is None:
+            if why:
+                log.warning("offload: graph %d: the re-planned prediction still differs from the "
+                            "measurement (%s); keeping this plan", plan.graph_id, "; ".join(why))
+            self.done = True
+            return
+        corrections = corrected(self.corrections, plan.predicted, timed)
+        log.info("offload: graph %d: planning again from the measurement (%s)",
+                 plan.graph_id, "; ".join(why))
+        compiled, new_plan = self.recompile(corrections, args)
+        if new_plan is not None:
+            new_plan.replaces = plan.graph_id
+        self.compiled, self.plan, self.corrections = compiled, new_plan, corrections
+        self.replans += 1
+        self.calls = 0
+        self.done = new_plan is None or new_plan.predicted is None
+
+
+def _dump_measured(plan: GraphPlan) -> None:
+    """``measured.json`` beside the plan in the graph's dump folder, if it has one."""
+    if not plan.dump_folder:
+        return
+    try:
+        with open(os.path.join(plan.dump_folder, "measured.json"), "w") as f:
+            json.dump({"graph_id": plan.graph_id, "measured": plan.measured.as_dict(),
+                       "predicted": plan.predicted.as_dict() if plan.predicted else None,
+                       "corrections": plan.corrections}, f, indent=1)
+    except OSError as e:
+        log.warning("offload: could not write measured.json in %s: %s", plan.dump_folder, e)

@@ -1,0 +1,294 @@
+"""Measuring one call of a compiled graph: what the planner predicted, as it ran.
+
+A :class:`Recorder` follows one forward and its backward on the GPU:
+
+- time: CUDA events on the compute stream at the start and end of the forward and of
+  the backward (``probe``); events around every wait of the compute stream for a copy
+  (the stalls) and around every copy on the copy streams (their time and bandwidth).
+  The transfer ops call :func:`copy_started` / :func:`copy_done` / :func:`stall_before`
+  / :func:`stall_after` only while a recorder is :data:`active`, which is only inside
+  the measured graph's own forward and backward;
+- memory: the CUDA caching allocator's own records (``torch.cuda.memory.
+  _record_memory_history``) from the start of the forward to the end of the backward,
+  replayed into the step peak above what was held before the forward (the same measure
+  as ``step_peak_bytes``), its phase, and the allocations live at the peak with the
+  source line that made them. Nothing resets the allocator's peak statistics, so a
+  user's own ``max_memory_allocated`` readings stay right.
+
+:data:`source` makes recorders; tests replace it (``set_source``) to inject
+measurements on a machine without a GPU.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import linecache
+import logging
+import os
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import torch
+
+from ..config import format_bytes
+
+log = logging.getLogger(__name__)
+
+PHASES = ("fw_start", "fw_end", "bw_start", "bw_end")
+#: Allocations live at the measured peak that are named (largest first).
+HOLDERS = 5
+#: Allocator records kept while measuring (one call: a few thousand are typical).
+MAX_ENTRIES = 1_000_000
+
+
+@dataclass
+class Measured:
+    """One call of one compiled graph, measured (times in ms, sizes in bytes)."""
+
+    call: int
+    """Which call of the compiled graph was measured (1 is the first)."""
+    fw_ms: float
+    bw_ms: float
+    stall_ms: float
+    """Time the compute stream waited for copies, forward and backward."""
+    fw_stall_ms: float = 0.0
+    """The part of ``stall_ms`` in the forward (releases waiting for their copies)."""
+    d2h_ms: float = 0.0
+    h2d_ms: float = 0.0
+    d2h_bytes: int = 0
+    h2d_bytes: int = 0
+    held_before_bytes: int | None = None
+    """Bytes allocated on the device when the forward started (parameters, optimizer
+    state, inputs, anything else alive)."""
+    step_peak_bytes: int | None = None
+    """The peak from the forward's start to the backward's end, above ``held_before_bytes``
+    (the graph's own forward and backward: memory other graphs take between them is not
+    counted)."""
+    peak_phase: str | None = None
+    """``"forward"`` or ``"backward"``: where that peak fell."""
+    holders: list[str] = field(default_factory=list)
+    """The largest allocations live at the peak: size, source line, code."""
+
+    @property
+    def step_ms(self) -> float:
+        return self.fw_ms + self.bw_ms
+
+    @property
+    def d2h_gbps(self) -> float | None:
+        return self.d2h_bytes / self.d2h_ms / 1e6 if self.d2h_ms > 0 else None
+
+    @property
+    def h2d_gbps(self) -> float | None:
+        return self.h2d_bytes / self.h2d_ms / 1e6 if self.h2d_ms > 0 else None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {**dataclasses.asdict(self), "step_ms": self.step_ms}
+
+
+class Recorder(Protocol):
+    def probe(self, phase: str) -> None: ...
+    def complete(self) -> bool:
+        """Every phase was probed (the backward of the measured call has run)."""
+    def abort(self) -> None: ...
+    def result(self) -> Measured | None: ...
+
+
+class Source(Protocol):
+    def recorder(self, device: torch.device, call: int, what: str) -> Recorder | None:
+        """A recorder for ``call`` of a graph on ``device``, measuring ``what``:
+        ``"memory"`` (the allocator's records; its Python stacks slow the host, so time is
+        measured in another call) or ``"time"``; ``None`` where it cannot measure."""
+
+
+#: The recorder of the graph whose forward or backward is running, if it is measured.
+active: "CudaRecorder | None" = None
+
+
+class CudaRecorder:
+    """Measures one call on a CUDA device (see the module docstring)."""
+
+    def __init__(self, device: torch.device, call: int, what: str) -> None:
+        self.device = device
+        self.call = call
+        self.what = what
+        self.phase = ""
+        self.events: dict[str, torch.cuda.Event] = {}
+        self.counts: dict[str, tuple[int, int]] = {}
+        self.allocated: dict[str, int] = {}
+        self.copies: list[tuple[str, int, torch.cuda.Event, torch.cuda.Event]] = []
+        self.stalls: list[tuple[str, torch.cuda.Event, torch.cuda.Event]] = []
+        self.history = False
+
+    def probe(self, phase: str) -> None:
+        global active
+        if phase == "fw_start" and self.what == "memory":
+            self.history = _start_history(self.device)
+        self.phase = phase
+        stats = torch.cuda.memory_stats(self.device)
+        self.counts[phase] = (stats.get("allocation.all.allocated", 0), stats.get("allocation.all.freed", 0))
+        self.allocated[phase] = stats.get("allocated_bytes.all.current", 0)
+        event = torch.cuda.Event(enable_timing=True)
+        event.record(torch.cuda.current_stream(self.device))
+        self.events[phase] = event
+        active = self if phase in ("fw_start", "bw_start") and self.what == "time" else None
+
+    def complete(self) -> bool:
+        return set(self.events) == set(PHASES)
+
+    def abort(self) -> None:
+        """The call will not be measured (its backward did not run): stop recording."""
+        global active
+        if active is self:
+            active = None
+        if self.history:
+            self.history = False
+            torch.cuda.memory._record_memory_history(enabled=None, device=self.device)
+
+    def result(self) -> Measured | None:
+        if set(self.events) != set(PHASES):
+            return None
+        self.events["bw_end"].synchronize()
+        ms = {k: v for k, v in zip(("fw", "bw"), (
+            self.events["fw_start"].elapsed_time(self.events["fw_end"]),
+            self.events["bw_start"].elapsed_time(self.events["bw_end"])))}
+        out = Measured(call=self.call, fw_ms=ms["fw"], bw_ms=ms["bw"],
+                       stall_ms=sum(a.elapsed_time(b) for _, a, b in self.stalls),
+                       fw_stall_ms=sum(a.elapsed_time(b) for p, a, b in self.stalls if p == "fw_start"),
+                       held_before_bytes=self.allocated["fw_start"])
+        for direction, nbytes, start, end in self.copies:
+            took = start.elapsed_time(end)
+            if direction == "d2h":
+                out.d2h_ms, out.d2h_bytes = out.d2h_ms + took, out.d2h_bytes + nbytes
+            else:
+                out.h2d_ms, out.h2d_bytes = out.h2d_ms + took, out.h2d_bytes + nbytes
+        if self.history:
+            try:
+                _peak_from_history(self, out)
+            finally:
+                torch.cuda.memory._record_memory_history(enabled=None, device=self.device)
+        return out
+
+
+def _start_history(device: torch.device) -> bool:
+    try:
+        torch.cuda.memory._record_memory_history(
+            enabled="all", context="alloc", stacks="python", max_entries=MAX_ENTRIES,
+            device=device)
+        return True
+    except Exception as e:  # noqa: BLE001 - an allocator without history: time only
+        log.info("offload: cannot record the allocator's history on %s (%s); measuring time only",
+                 device, e)
+        return False
+
+
+def _snapshot(device: torch.device) -> dict:
+    try:
+        return torch.cuda.memory._snapshot(device, augment_with_fx_traces=True)
+    except TypeError:  # torch without FX-augmented snapshots
+        return torch.cuda.memory._snapshot(device)
+
+
+def _peak_from_history(rec: CudaRecorder, out: Measured) -> None:
+    """Replay the allocator's records of the measured call: the peak above what was held
+    at the forward's start, counted over the graph's own forward and backward (the
+    memory taken between them, by other graphs, is carried, not counted as a peak), and
+    what was live at it."""
+    index = rec.device.index if rec.device.index is not None else torch.cuda.current_device()
+    trace = [e for e in _snapshot(rec.device)["device_traces"][index]
+             if e["action"] in ("alloc", "free_requested")]
+    a0, f0 = rec.counts["fw_start"]
+
+    def position(phase: str) -> int:
+        a, f = rec.counts[phase]
+        return (a - a0) + (f - f0)
+
+    spans = [(0, position("fw_end"), "forward"), (position("bw_start"), position("bw_end"), "backward")]
+    base = rec.allocated["fw_start"]
+    current, live, best = base, {}, (0, None, -1)
+    for i, e in enumerate(trace):
+        current += e["size"] if e["action"] == "alloc" else -e["size"]
+        if e["action"] == "alloc":
+            live[e["addr"]] = e
+        else:
+            live.pop(e["addr"], None)
+        for lo, hi, phase in spans:
+            if lo <= i < hi and current - base > best[0]:
+                best = (current - base, phase, i)
+    out.step_peak_bytes = max(best[0], rec.allocated["fw_end"] - base, 0)
+    out.peak_phase = best[1]
+    if best[2] < 0:
+        return
+    live = {}
+    for e in trace[:best[2] + 1]:
+        if e["action"] == "alloc":
+            live[e["addr"]] = e
+        else:
+            live.pop(e["addr"], None)
+    largest = sorted(live.values(), key=lambda e: -e["size"])[:HOLDERS]
+    out.holders = [f"{format_bytes(e['size'])} {_where(e.get('frames') or [])}" for e in largest]
+
+
+def _where(frames: list[dict]) -> str:
+    """The innermost frame outside torch's own Python: file:line and its code (for
+    Inductor's generated code, the buffer's line: ``buf12 = empty_strided_cuda(...)``)."""
+    for frame in frames:
+        path = frame.get("filename", "")
+        if f"{os.sep}torch{os.sep}" in path and "torchinductor" not in path:
+            continue
+        text = linecache.getline(path, frame.get("line", 0)).strip()
+        fx = frame.get("fx_node_name") or frame.get("fx_original_trace")
+        where = f"{os.path.basename(path)}:{frame.get('line')} in {frame.get('name')}"
+        return " ".join(x for x in (where, f"`{text[:90]}`" if text else "",
+                                     f"(node {fx})" if isinstance(fx, str) and fx else "") if x)
+    return "(no Python frame)"
+
+
+# Called by the transfer ops while a recorder is active ----------------------------------
+
+def copy_started(stream: torch.cuda.Stream) -> torch.cuda.Event:
+    event = torch.cuda.Event(enable_timing=True)
+    event.record(stream)
+    return event
+
+
+def copy_done(stream: torch.cuda.Stream, start: torch.cuda.Event, direction: str, nbytes: int) -> None:
+    rec = active
+    if rec is None:
+        return
+    end = torch.cuda.Event(enable_timing=True)
+    end.record(stream)
+    rec.copies.append((direction, nbytes, start, end))
+
+
+def stall_before(stream: torch.cuda.Stream) -> torch.cuda.Event:
+    return copy_started(stream)
+
+
+def stall_after(stream: torch.cuda.Stream, before: torch.cuda.Event) -> None:
+    rec = active
+    if rec is None:
+        return
+    after = torch.cuda.Event(enable_timing=True)
+    after.record(stream)
+    rec.stalls.append((rec.phase, before, after))
+
+
+class CudaSource:
+    """Measures on CUDA devices, outside CUDA graph capture; elsewhere nothing."""
+
+    def recorder(self, device: torch.device, call: int, what: str) -> Recorder | None:
+        if device.type != "cuda" or not torch.cuda.is_available():
+            return None
+        if torch.cuda.is_current_stream_capturing():
+            return None
+        return CudaRecorder(device, call, what)
+
+
+source: Source = CudaSource()
+
+
+def set_source(new: Source | None) -> Source:
+    """Replace the source of recorders (``None``: the CUDA one); returns the previous."""
+    global source
+    previous, source = source, (new if new is not None else CudaSource())
+    return previous

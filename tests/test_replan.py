@@ -1,0 +1,199 @@
+"""Re-planning from a measurement and the memory limit, on CPU with injected measurements.
+
+The measurement source (``offload_compiler.runtime.measure.source``) is replaced by one
+that reports what each test says the GPU would have measured, relative to the plan's
+own predictions; the backend then acts on it as it would on a GPU.
+"""
+
+import logging
+
+import pytest
+import torch
+
+from offload_compiler.config import OffloadConfig
+from offload_compiler.models.gpt import GPT, make_batch, preset
+from offload_compiler.planning.replan import Corrections, MemoryLimitError, corrected, disagreements
+from offload_compiler.runtime import measure
+
+from helpers import assert_bitwise, backend, train
+
+OPTIONS = {"devices": ("cpu",), "inner_compiler": "eager", "min_offload_bytes": 0}
+
+
+class FakeRecorder:
+    def __init__(self, call, what, make):
+        self.call, self.what, self.make, self.phases = call, what, make, []
+
+    def probe(self, phase):
+        self.phases.append(phase)
+
+    def complete(self):
+        return self.phases == list(measure.PHASES)
+
+    def abort(self):
+        self.phases.append("aborted")
+
+    def result(self):
+        return self.make(self.call) if self.complete() else None
+
+
+class FakeSource:
+    """Reports ``make(call)`` for every measured call; records what it was asked."""
+
+    def __init__(self, make):
+        self.make, self.asked = make, []
+
+    def recorder(self, device, call, what):
+        self.asked.append((call, what))
+        return FakeRecorder(call, what, self.make)
+
+
+@pytest.fixture
+def source():
+    installed = []
+
+    def install(make):
+        installed.append(FakeSource(make))
+        measure.set_source(installed[-1])
+        return installed[-1]
+
+    yield install
+    measure.set_source(None)
+
+
+def _model():
+    cfg = preset("tiny")
+    torch.manual_seed(0)
+    return GPT(cfg), make_batch(cfg)
+
+
+def _as_predicted(plans, *, peak_extra=0, time_scale=1.0, held=0):
+    """A measurement of the latest plan: its predictions, the peak ``peak_extra`` higher
+    and compute ``time_scale`` times slower."""
+    def make(call):
+        p = plans[-1].predicted
+        return measure.Measured(call=call, fw_ms=p.fw_compute_ms * time_scale,
+                                bw_ms=p.bw_compute_ms * time_scale + p.stall_ms, stall_ms=p.stall_ms,
+                                held_before_bytes=held,
+                                step_peak_bytes=p.step_peak_bytes + peak_extra, peak_phase="backward")
+    return make
+
+
+def _run(b, steps):
+    model, batch = _model()
+    return train(model, batch, b, steps=steps)
+
+
+def test_a_measurement_within_tolerance_changes_nothing(source):
+    b = backend(**OPTIONS, memory_budget=0.5)
+    fake = source(_as_predicted(b.plans))
+    _run(b, steps=5)
+    assert [what for _, what in fake.asked] == ["memory", "time"]
+    (plan,) = b.plans
+    assert plan.measured is not None and plan.measured.call == 3
+    assert plan.corrections == {} and plan.replaces is None
+
+
+def test_a_peak_over_the_memory_limit_plans_again_once_and_the_new_plan_fits(source, caplog):
+    probe = backend(**OPTIONS, memory_budget=1.0, replan=False)
+    _run(probe, steps=1)
+    baseline_peak = probe.plans[0].predicted.baseline_step_peak_bytes
+    extra = baseline_peak // 3  # what the model does not see (measured)
+    limit = baseline_peak + extra // 2  # the unmodified step fits as predicted, not as measured
+    b = backend(**OPTIONS, memory_limit=f"{limit}B")
+    fake = source(_as_predicted(b.plans, peak_extra=extra))
+    with caplog.at_level(logging.INFO, logger="offload_compiler"):
+        _run(b, steps=9)
+    first, second = b.plans  # re-planned once, however many steps follow
+    assert first.offloaded == [] and first.recomputed == []  # it fitted as predicted
+    assert first.measured.step_peak_bytes == first.predicted.step_peak_bytes + extra
+    assert second.replaces == first.graph_id
+    assert second.corrections["unmodelled_bytes"] == extra
+    assert second.predicted.step_peak_bytes <= limit  # held before: 0 on CPU
+    assert second.offloaded or second.recomputed
+    assert second.measured is not None  # measured again, for the record
+    assert len(fake.asked) == 4
+    assert "planning again from the measurement" in caplog.text
+    assert "over memory_limit" in caplog.text
+
+
+def test_slower_compute_than_estimated_corrects_the_times(source):
+    b = backend(**OPTIONS, memory_budget=0.5)
+    source(_as_predicted(b.plans, time_scale=2.0))
+    _run(b, steps=6)
+    first, second = b.plans
+    assert second.corrections["fw_scale"] == pytest.approx(2.0, rel=1e-6)
+    assert second.corrections["bw_scale"] == pytest.approx(2.0, rel=0.05)
+    assert second.predicted.fw_compute_ms == pytest.approx(2 * first.predicted.fw_compute_ms, rel=0.05)
+
+
+def test_gradients_are_bitwise_equal_across_a_replan(source):
+    model, batch = _model()
+    reference = train(model, batch, backend(**OPTIONS, policy="none", replan=False), steps=7)
+    b = backend(**OPTIONS, memory_budget=0.5)
+    source(_as_predicted(b.plans, time_scale=3.0, peak_extra=1 << 20))
+    got = train(model, batch, b, steps=7)
+    assert len(b.plans) == 2  # the plan changed at step 5 (call 4 evaluates; same inputs)
+    assert_bitwise(got, reference)
+
+
+def test_replan_false_measures_nothing(source):
+    b = backend(**OPTIONS, memory_budget=0.5, replan=False)
+    fake = source(_as_predicted(b.plans, time_scale=3.0))
+    _run(b, steps=5)
+    assert fake.asked == [] and len(b.plans) == 1 and b.plans[0].measured is None
+
+
+def test_no_measurement_without_backward(source):
+    b = backend(**OPTIONS, memory_budget=0.5)
+    fake = source(_as_predicted(b.plans, time_scale=3.0))
+    model, (x, y) = _model()
+    compiled = torch.compile(model, backend=b)
+    compiled(x, y).backward()
+    with torch.no_grad():
+        for _ in range(3):
+            compiled(x, y)
+    assert fake.asked == []  # calls under no_grad are not measured (nor counted)
+
+
+@pytest.mark.parametrize("value", [40 << 30, "40", "auto", "0GiB", True, "lots"])
+def test_memory_limit_is_validated(value):
+    with pytest.raises(ValueError, match="memory_limit=.*not valid.*unit.*device"):
+        OffloadConfig(memory_limit=value)
+
+
+def test_memory_limit_parses_units():
+    assert OffloadConfig(memory_limit="40GiB").memory_limit == 40 << 30
+    assert OffloadConfig(memory_limit="1.5 GB").memory_limit == 1_500_000_000
+    assert OffloadConfig(memory_limit="device").memory_limit == "device"
+
+
+def test_memory_limit_device_needs_a_gpu():
+    model, batch = _model()
+    with pytest.raises(Exception, match="needs a CUDA device"):
+        train(model, batch, backend(**OPTIONS, memory_limit="device"), steps=1)
+
+
+def test_a_limit_no_plan_meets_names_the_shortfall():
+    model, batch = _model()
+    with pytest.raises(Exception, match=r"memory_limit cannot be met.*[0-9] (B|KiB|MiB|GiB) short") as info:
+        train(model, batch, backend(**OPTIONS, memory_limit="64KiB"), steps=1)
+    chain = [info.value, *(getattr(info.value, a) for a in ("__cause__", "inner_exception") if getattr(info.value, a, None))]
+    assert any(isinstance(e, MemoryLimitError) for e in chain)
+
+
+def test_disagreements_and_corrections_are_relative_to_the_prediction():
+    class P:
+        step_ms, step_peak_bytes, fw_compute_ms, bw_compute_ms = 10.0, 1000 << 20, 4.0, 6.0
+
+    m = measure.Measured(call=3, fw_ms=4.1, bw_ms=6.2, stall_ms=0.1, fw_stall_ms=0.0,
+                         held_before_bytes=5 << 30, step_peak_bytes=1020 << 20)
+    assert disagreements(P, m, Corrections()) == []  # within 5%
+    m.step_peak_bytes = 1200 << 20
+    assert any("step peak" in w for w in disagreements(P, m, Corrections()))
+    limit = Corrections(limit_bytes=6 << 30)
+    assert any("over memory_limit" in w for w in disagreements(P, m, limit))
+    c = corrected(limit, P, m)
+    assert c.unmodelled_bytes == 200 << 20 and c.held_before_bytes == 5 << 30
+    assert c.fw_scale == pytest.approx(4.1 / 4.0) and c.bw_scale == pytest.approx(6.1 / 6.0)
+    assert c.key() != limit.key()
