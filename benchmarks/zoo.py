@@ -44,12 +44,16 @@ if str(ROOT) not in sys.path:  # this checkout's offload_compiler, also in the r
     sys.path.insert(0, str(ROOT))
 
 FULL = "offload:FULL"
+MID = "offload-limit:MID"
+MID_NOTE = ("offload-limit:MID: memory_limit = the midpoint of inductor's and full_ac's measured "
+            "peak GiB (the whole step, parameters and optimizer included): the limit is met "
+            "when this row's peak GiB is at most it")
 FULL_NOTE = ("offload:FULL: memory_budget = full_ac act GiB / inductor act GiB, rounded down; "
              "it bounds the predicted activation peak, not the measured memory")
 NOT_RUN = "not run"
 BASES = ("eager", "inductor", "full_ac", "sac", "budget", "torch_offload", "offload")
 STRATEGY_HELP = ("eager, inductor, full_ac, sac, budget:B, torch_offload, offload:auto, "
-                 f"offload:B, {FULL} (B a fraction in (0, 1])")
+                 f"offload:B, {FULL}, offload-limit:L (L bytes with a unit), {MID} (B a fraction in (0, 1])")
 
 
 @dataclass(frozen=True)
@@ -76,7 +80,7 @@ class ZooModel:
 
     def default_strategies(self) -> list[str]:
         sac = [] if self.no_sac else ["sac"]
-        return ["inductor", *sac, "full_ac", "budget:0.5", "offload:auto", "offload:0.5", FULL]
+        return ["inductor", *sac, "full_ac", "budget:0.5", "offload:auto", "offload:0.5", FULL, MID]
 
     @property
     def reference(self) -> str:
@@ -125,8 +129,23 @@ def full_ac_fraction(rows: list) -> float:
     return fraction
 
 
+def mid_limit(rows: list) -> str:
+    """``offload-limit:MID``'s ``memory_limit``: halfway between the ``inductor`` and
+    ``full_ac`` rows' measured peaks, in MiB. Raises ``ValueError`` saying why when it
+    cannot be had."""
+    by_name = {r.strategy: r for r in rows}
+    for name in ("inductor", "full_ac"):
+        r = by_name.get(name)
+        if r is None or r.status != "ok" or r.peak_gib is None:
+            raise ValueError(f"{MID} needs a measured {name} row with a peak (CUDA only)")
+    mid = (by_name["inductor"].peak_gib + by_name["full_ac"].peak_gib) / 2
+    return f"{int(mid * 1024)}MiB"
+
+
 def check_strategy(name: str) -> None:
     """Refuses a strategy the harness would not know, naming the valid ones."""
+    if name == MID or name.startswith("offload-limit:"):
+        return
     base, _, arg = name.partition(":")
     ok = base in BASES and (bool(arg) == (base in ("budget", "offload")))
     if ok and arg and name != FULL and not (base == "offload" and arg == "auto"):
@@ -195,6 +214,14 @@ def run_zoo(plan: dict[str, list[str]], settings: Settings, *,
                                 note=f"--budget-seconds {settings.budget_s:g} spent"))
                 continue
             actual = strategy
+            if strategy == MID:
+                try:
+                    actual = f"offload-limit:{mid_limit(rows)}"
+                except ValueError as e:
+                    say(f"zoo: {name}: {MID} not run: {e}")
+                    rows.append(Row(strategy=MID, status=NOT_RUN, note=str(e)))
+                    _write(results, settings)
+                    continue
             if strategy == FULL:
                 try:
                     actual = f"offload:{full_ac_fraction(rows):.2f}"
@@ -206,9 +233,9 @@ def run_zoo(plan: dict[str, list[str]], settings: Settings, *,
                 say(f"zoo: {name}: {FULL} is {actual} ({FULL_NOTE.split(': ', 1)[1]})")
             say(f"zoo: {name}: {actual} ...")
             row = run(model, actual, settings)
-            if strategy == FULL:
-                row.note = f"{FULL}; {row.note}".rstrip("; ")
-                row.extra["zoo_strategy"] = FULL
+            if strategy in (FULL, MID):
+                row.note = f"{strategy}; {row.note}".rstrip("; ")
+                row.extra["zoo_strategy"] = strategy
             rows.append(row)
             _flag_agreement(rows, model)
             say(f"zoo: {name}: {actual} {row.status}" + _summary(row))
@@ -280,9 +307,12 @@ def model_table(model: ZooModel, rows: list) -> str:
 
     body = [[_label(r), r.status, _f(r.step_ms, 1), ratio(r.step_ms, base and base.step_ms),
              _f(r.activation_gib, 2), ratio(r.activation_gib, ref and ref.activation_gib),
-             _f(r.compile_s, 1), r.agrees, r.note[:90]] for r in rows]
+             _f(r.peak_gib, 2), _f(r.extra.get("predicted_step_ms"), 1),
+             _f(r.extra.get("predicted_step_peak_gib"), 2), r.extra.get("replanned", ""),
+             _f(r.compile_s, 1), r.agrees, r.note[:60]] for r in rows]
     headers = ["strategy", "status", "step ms", "x inductor step", "act GiB",
-               f"x {reference} act", "compile s", "agrees", "note"]
+               f"x {reference} act", "peak GiB", "pred ms", "pred act GiB", "replans",
+               "compile s", "agrees", "note"]
     lines = [f"== {model.name}: {model.about} ==", tabulate(body, headers=headers)]
     if model.no_sac:
         lines.append(f"sac: {model.no_sac}")
@@ -290,14 +320,23 @@ def model_table(model: ZooModel, rows: list) -> str:
         lines.append(f"x inductor act: no measured {model.reference} row to compare with")
     if any(r.strategy == FULL or r.extra.get("zoo_strategy") == FULL for r in rows):
         lines.append(FULL_NOTE)
+    if any(r.strategy == MID or r.extra.get("zoo_strategy") == MID for r in rows):
+        lines.append(MID_NOTE)
+    for r in rows:
+        for m in r.extra.get("measured_vs_predicted", []):
+            lines.append(
+                f"{_label(r)}: graph {m['graph']}{' (re-planned)' if m['replaces'] is not None else ''}: "
+                f"measured {m['measured_step_ms']:.1f} ms / {m['measured_step_peak_gib']:.2f} GiB "
+                f"(peak in {m['peak_phase']}), predicted {m['predicted_step_ms']:.1f} ms / "
+                f"{m['predicted_step_peak_gib']:.2f} GiB")
     if rows and all(r.activation_gib is None for r in rows if r.status == "ok"):
         lines.append("act GiB: memory is measured on CUDA only")
     return "\n".join(lines)
 
 
 def _label(row) -> str:
-    return f"{FULL}={row.strategy.split(':', 1)[1]}" if row.extra.get("zoo_strategy") == FULL \
-        else row.strategy
+    zoo = row.extra.get("zoo_strategy")
+    return f"{zoo}={row.strategy.split(':', 1)[1]}" if zoo in (FULL, MID) else row.strategy
 
 
 def _f(x, digits: int) -> str:

@@ -8,6 +8,7 @@ with Dynamo's FX graph; :func:`make_backend` builds the same from an
 from __future__ import annotations
 
 import logging
+import weakref
 from typing import Any, Callable, Mapping, Sequence
 
 import torch
@@ -32,6 +33,19 @@ class OffloadBackend:
     def __init__(self, config: OffloadConfig | None = None) -> None:
         self.config = config if config is not None else OffloadConfig()
         self.plans: list[GraphPlan] = []
+        self._measured: weakref.WeakSet[MeasuredGraph] = weakref.WeakSet()
+
+    @property
+    def settled(self) -> bool:
+        """Every compiled graph of this backend has been measured (and planned again where
+        that was called for), or will not be: later steps run the final plans."""
+        return all(g.done for g in self._measured)
+
+    @property
+    def current_plans(self) -> list[GraphPlan]:
+        """``plans`` less those a re-plan replaced: the plans the graphs run now."""
+        replaced = {p.replaces for p in self.plans if p.replaces is not None}
+        return [p for p in self.plans if p.graph_id not in replaced]
 
     def __call__(
         self,
@@ -74,8 +88,10 @@ class OffloadBackend:
         def recompile(new: Corrections, args: list) -> tuple[Callable[..., Any], GraphPlan | None]:
             return self._compile_planned(gm, args, config, planned_at, new)
 
-        return MeasuredGraph(compiled, plan, device, corrections,
-                             recompile if planned_at is None else None)
+        measured = MeasuredGraph(compiled, plan, device, corrections,
+                                 recompile if planned_at is None else None)
+        self._measured.add(measured)
+        return measured
 
     def _compile_planned(self, gm, example_inputs, config: OffloadConfig, planned_at,
                          corrections: Corrections) -> tuple[Callable[..., Any], GraphPlan | None]:

@@ -40,7 +40,7 @@ def test_list_names_models_and_strategies_without_importing_torch():
     lines = out.splitlines()
     llama = lines[lines.index(next(l for l in lines if l.startswith("llama:"))) + 1]
     assert llama.split() == ["strategies:", "inductor,sac,full_ac,budget:0.5,offload:auto,"
-                                            "offload:0.5,offload:FULL"]
+                                            "offload:0.5,offload:FULL,offload-limit:MID"]
     resnet = lines[lines.index(next(l for l in lines if l.startswith("resnet50:"))) + 1]
     assert "sac," not in resnet and "full_ac" in resnet and "no sac:" in out
 
@@ -163,3 +163,31 @@ def test_a_model_whose_package_is_missing_is_not_run_and_says_which(tmp_path, mo
     assert [(r.strategy, r.status, r.note) for r in rows] == [
         ("inductor", "not run", "no_such_package_zoo not installed"),
         ("offload:auto", "not run", "no_such_package_zoo not installed")]
+
+
+def test_mid_limit_row_runs_with_the_midpoint_of_the_measured_peaks(tmp_path):
+    """offload-limit:MID runs as offload-limit:<(inductor peak + full_ac peak) / 2 in MiB>;
+    the table prints the predictions beside the measurements, and what the backend measured."""
+    peaks = {"inductor": 20.0, "full_ac": 10.0}
+    started = []
+
+    def run(model, strategy, settings):
+        started.append(strategy)
+        row = _row(strategy, 1.0)
+        row.peak_gib = peaks.get(strategy, 14.5)
+        if strategy.startswith("offload-limit:"):
+            row.extra.update(predicted_step_ms=101.0, predicted_step_peak_gib=4.25, replanned=1,
+                             measured_vs_predicted=[dict(
+                                 graph=1, replaces=0, measured_step_ms=100.0, predicted_step_ms=101.0,
+                                 measured_step_peak_gib=4.2, predicted_step_peak_gib=4.25,
+                                 stall_ms=0.1, peak_phase="backward", holders=[])])
+        return row
+
+    settings = zoo.Settings(device="cuda", steps=1, warmup=0, timeout_s=60, out=tmp_path)
+    results = zoo.run_zoo({"gpt": ["inductor", "full_ac", zoo.MID]}, settings, run=run)
+    assert started == ["inductor", "full_ac", "offload-limit:15360MiB"]
+    table = zoo.model_table(zoo.MODELS["gpt"], results["gpt"])
+    assert "offload-limit:MID=15360MiB" in table and "midpoint" in table
+    assert "graph 1 (re-planned): measured 100.0 ms / 4.20 GiB (peak in backward), predicted 101.0 ms" in table
+    with pytest.raises(ValueError, match="needs a measured inductor row with a peak"):
+        zoo.mid_limit([_row("inductor", 1.0)])  # no peak: measured on CPU

@@ -18,7 +18,10 @@ from typing import Any
 
 from ..reporting.records import Predictions
 
-STRATEGY_HELP = "eager, inductor, full_ac, sac, budget:B, torch_offload, offload:auto, offload:B"
+STRATEGY_HELP = ("eager, inductor, full_ac, sac, budget:B, torch_offload, offload:auto, offload:B, "
+                 "offload-limit:L (L: bytes with a unit, e.g. 20GiB, or device)")
+#: Steps run after the warm-up until the offload backend's measurements and re-plans are over.
+SETTLE_STEPS = 12
 DTYPES = ("float32", "bfloat16", "float16")
 
 
@@ -167,9 +170,19 @@ def run_strategy(spec: dict[str, Any]) -> Row:
         grads = [p.grad.float().norm() for p in model.parameters() if p.grad is not None]
         row.grad_norm = float(torch.stack(grads).norm()) if grads else 0.0
         model.zero_grad(set_to_none=True)
+        backend = getattr(compiled, "_offload_backend", None)
+        t0 = time.perf_counter()
         for _ in range(spec["warmup"]):
             step()
             model.zero_grad(set_to_none=True)
+        settling = 0  # steps until the backend's measurements (and any re-plan) are over
+        while backend is not None and not backend.settled and settling < SETTLE_STEPS:
+            step()
+            model.zero_grad(set_to_none=True)
+            settling += 1
+        sync()
+        row.extra["warmup_s"] = time.perf_counter() - t0
+        row.extra["settle_steps"] = settling
         times, act, peaks, held = [], [], [], []
         for _ in range(spec["steps"]):
             sync()
@@ -191,9 +204,19 @@ def run_strategy(spec: dict[str, Any]) -> Row:
         row.peak_gib = max(peaks) / 2**30
         row.activation_gib = max(act) / 2**30
         row.extra["held_after_forward_gib"] = max(held) / 2**30
-    backend = getattr(compiled, "_offload_backend", None)
     if backend is not None and backend.plans:
-        predicted = [b.predicted for b in backend.plans if b.predicted]
+        plans = backend.current_plans
+        predicted = [b.predicted for b in plans if b.predicted]
+        row.extra["replanned"] = len(backend.plans) - len(plans)
+        measured = [(b.measured, b.predicted) for b in backend.plans if b.measured and b.predicted]
+        if measured:  # what the backend measured of each plan, the replaced ones included
+            row.extra["measured_vs_predicted"] = [
+                {"graph": b.graph_id, "replaces": b.replaces, "measured_step_ms": m.step_ms,
+                 "predicted_step_ms": p.step_ms, "measured_step_peak_gib": (m.step_peak_bytes or 0) / 2**30,
+                 "predicted_step_peak_gib": p.step_peak_bytes / 2**30, "stall_ms": m.stall_ms,
+                 "peak_phase": m.peak_phase, "holders": m.holders[:3]}
+                for b in backend.plans if b.measured and b.predicted
+                for m, p in [(b.measured, b.predicted)]]
         if predicted:
             total = Predictions.summed(predicted)
             row.extra["predicted_step_ms"] = total["step_ms"]
@@ -202,8 +225,8 @@ def run_strategy(spec: dict[str, Any]) -> Row:
             row.extra["predicted_baseline_activation_gib"] = total["baseline_activation_peak_bytes"] / 2**30
             row.extra["predicted_step_peak_gib"] = total["step_peak_bytes"] / 2**30
             row.extra["hardware"] = backend.plans[0].hardware
-        row.extra["offloaded_gib"] = sum(b.offloaded_bytes for b in backend.plans) / 2**30
-        row.extra["recomputed"] = sum(len(b.recomputed) for b in backend.plans)
+        row.extra["offloaded_gib"] = sum(b.offloaded_bytes for b in plans) / 2**30
+        row.extra["recomputed"] = sum(len(b.recomputed) for b in plans)
     return row
 
 
@@ -232,13 +255,15 @@ def _prepare(name: str, model, spec: dict[str, Any], row: Row):
         row.note = "SAC with matmul and attention outputs tagged MUST_CPU_OFFLOAD"
         wrap_blocks(find_blocks(model, spec.get("blocks")), "offload")
         return torch.compile(model), patches
-    if name.startswith("offload:"):
+    if name.startswith(("offload:", "offload-limit:")):
         import offload_compiler
 
-        budget = name.split(":", 1)[1]
-        options = {**spec.get("offload_options", {}),
-                   "memory_budget": "auto" if budget == "auto" else float(budget),
-                   "devices": (spec["device"].split(":")[0],)}
+        value = name.split(":", 1)[1]
+        options = {**spec.get("offload_options", {}), "devices": (spec["device"].split(":")[0],)}
+        if name.startswith("offload-limit:"):
+            options["memory_limit"] = value
+        else:
+            options["memory_budget"] = "auto" if value == "auto" else float(value)
         if spec["device"].startswith("cpu"):
             options["min_offload_bytes"] = 0
         backend = offload_compiler.make_backend(options)
