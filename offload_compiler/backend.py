@@ -88,8 +88,8 @@ class OffloadBackend:
         def recompile(new: Corrections, args: list) -> tuple[Callable[..., Any], GraphPlan | None]:
             return self._compile_planned(gm, args, config, planned_at, new)
 
-        measured = MeasuredGraph(compiled, plan, device, corrections,
-                                 recompile if planned_at is None else None)
+        replans = planned_at is None and config.policy == "cost_model"  # "all": measured only
+        measured = MeasuredGraph(compiled, plan, device, corrections, recompile if replans else None)
         self._measured.add(measured)
         return measured
 

@@ -349,3 +349,52 @@ def test_profiling_mode_times_extern_kernels_and_keeps_gradients():
     # The plans differ only through node times: both were made, with predictions.
     assert b.plans[0].predicted["step_ms"] > 0 and estimate.plans[0].predicted["step_ms"] > 0
     print("profiled", b.plans[0].predicted["step_ms"], "estimated", estimate.plans[0].predicted["step_ms"])
+
+
+def _act_of_one_step(compiled, model, idx, tgt):
+    """(peak above what was held before the forward, absolute peak) of one step."""
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    before = torch.cuda.memory_allocated()
+    compiled(idx, tgt).backward()
+    torch.cuda.synchronize()
+    peak = torch.cuda.max_memory_allocated()
+    model.zero_grad(set_to_none=True)
+    return peak - before, peak
+
+
+def test_measurement_matches_the_allocator_and_names_what_holds_the_peak():
+    model = copy.deepcopy(_model())
+    b = backend(memory_budget=0.5)
+    compiled = torch.compile(model, backend=b)
+    idx, tgt = make_batch(CFG, "cuda")
+    for _ in range(12):
+        _act_of_one_step(compiled, model, idx, tgt)
+    assert b.settled
+    act, _ = _act_of_one_step(compiled, model, idx, tgt)
+    measured = [p for p in b.plans if p.measured is not None]
+    assert measured, [p.summary() for p in b.plans]
+    m = measured[-1].measured
+    print(measured[-1].measured_text(), "| independent:", act / 2**20, "MiB |", m.holders[:3])
+    assert m.fw_ms > 0 and m.bw_ms > 0 and m.held_before_bytes > 0
+    assert m.peak_phase in ("forward", "backward") and m.holders
+    assert abs(m.step_peak_bytes - act) <= 0.1 * act
+    if measured[-1].offloaded:
+        assert m.d2h_bytes > 0 and m.h2d_bytes > 0 and m.d2h_gbps > 1
+
+
+def test_memory_limit_holds_on_the_measured_peak():
+    model = copy.deepcopy(_model())
+    idx, tgt = make_batch(CFG, "cuda")
+    base = torch.compile(model, backend=backend(policy="none"))
+    for _ in range(3):
+        base_act, base_peak = _act_of_one_step(base, model, idx, tgt)
+    torch._dynamo.reset()
+    limit = base_peak - base_act // 2  # half the step's own memory must go
+    b = backend(memory_limit=f"{limit}B")
+    compiled = torch.compile(model, backend=b)
+    peaks = [_act_of_one_step(compiled, model, idx, tgt)[1] for _ in range(14)]
+    print(f"limit {limit / 2**20:.0f} MiB; baseline peak {base_peak / 2**20:.0f} MiB; peaks "
+          f"{[round(p / 2**20) for p in peaks]} MiB;", [p.summary() for p in b.plans])
+    assert b.settled
+    assert max(peaks[-3:]) <= limit
