@@ -158,9 +158,9 @@ def write_outputs(rows: list[Row], out: Path, spec: dict[str, Any]) -> None:
         meta["gpu"] = torch.cuda.get_device_name()
     (out / "compare.json").write_text(json.dumps(
         {"meta": meta, "rows": [asdict(r) for r in rows], "pareto": sorted(pareto(rows))}, indent=2))
+    (out / "compare.txt").write_text(table(rows) + "\n")
     plots.save_or_warn(lambda: plots.compare_figure(rows, meta=meta, frontier=pareto(rows)),
                        out / "compare.png", "compare.png (the comparison plot)")
-    (out / "compare.txt").write_text(table(rows) + "\n")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
