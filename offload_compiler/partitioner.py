@@ -34,7 +34,7 @@ from .planning import cache
 from .planning.decide import offloads_of
 from .planning.replan import Corrections
 from .planning.search import progress, replay
-from .reporting import tables
+from .reporting import tables, timeline
 from .reporting.dump import Dumper, dump_root
 from .reporting.records import GraphPlan
 
@@ -184,7 +184,10 @@ def _names(nodes: dict[str, fx.Node] | None) -> dict[str, str] | None:
 
 
 def _trace_artifact(plan: GraphPlan, config: OffloadConfig) -> None:
-    """The plan as a structured trace artifact, for TORCH_TRACE / tlparse users."""
+    """The plan and its simulated timeline as structured trace artifacts, for TORCH_TRACE /
+    tlparse users: ``offload_plan_graph_N`` (``plan.json``'s record) and
+    ``offload_timeline_graph_N`` (``timeline.json``'s Chrome trace, for Perfetto). Built
+    only when tracing is on (``trace_structured`` calls ``payload_fn`` only then)."""
     try:
         from torch._logging import trace_structured
     except ImportError:  # pragma: no cover
@@ -194,3 +197,9 @@ def _trace_artifact(plan: GraphPlan, config: OffloadConfig) -> None:
         metadata_fn=lambda: {"name": f"offload_plan_graph_{plan.graph_id}", "encoding": "json"},
         payload_fn=lambda: tables.to_json(tables.plan_dict(plan, config)),
     )
+    if plan.simulation is not None:
+        trace_structured(
+            "artifact",
+            metadata_fn=lambda: {"name": f"offload_timeline_graph_{plan.graph_id}", "encoding": "json"},
+            payload_fn=lambda: timeline.trace_json(timeline.chrome_trace(plan)),
+        )

@@ -396,8 +396,9 @@ _ROOT = re.compile(r"^L\[['\"]([^'\"]+)['\"]\]\.?")
 
 def module_path(node: fx.Node) -> str:
     """The dotted path of the innermost module that ran ``node`` (``"blocks.0.attn.qkv"``),
-    from Dynamo's ``nn_module_stack``; ``""`` for the root module or without that record."""
-    stack = node.meta.get("nn_module_stack") or {}
+    from Dynamo's ``nn_module_stack`` (for a backward node, AOTAutograd's copy of its
+    forward op's, ``fwd_nn_module_stack``); ``""`` for the root module or without that record."""
+    stack = node.meta.get("nn_module_stack") or node.meta.get("fwd_nn_module_stack") or {}
     if not stack:
         return ""
     path = list(stack.values())[-1][0]

@@ -17,11 +17,11 @@ def test_compare_smoke_writes_table_json_and_plot(tmp_path):
             assert r.agrees == "yes", (r.strategy, r.loss, r.grad_norm)
             assert r.step_ms > 0 and r.tokens_per_s > 0
     data = json.loads((tmp_path / "compare.json").read_text())
-    assert [r["strategy"] for r in data["rows"]] == names and data["pareto"]
-    svg = (tmp_path / "compare.svg").read_text()
-    assert svg.startswith("<svg") and "offload:auto" in svg
+    # No memory is measured on CPU: no frontier (eager is not "best" at an unknown memory).
+    assert [r["strategy"] for r in data["rows"]] == names and data["pareto"] == []
+    assert (tmp_path / "compare.png").read_bytes().startswith(b"\x89PNG")
     text = (tmp_path / "compare.txt").read_text()
-    assert "Pareto" in text and "sac" in text
+    assert "no Pareto frontier" in text and "sac" in text
 
 
 def test_failures_are_rows_not_crashes():

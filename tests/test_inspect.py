@@ -15,7 +15,7 @@ from helpers import backend, loopback
 from models import NormGeluMLP
 
 STAGE_FILES = {"joint.py", "plan.json", "plan.txt", "summary.txt", "config.json",
-               "timeline.json", "memory.svg"}
+               "timeline.json", "memory.png"}
 
 
 def _dump(tmp, **options):
@@ -52,7 +52,7 @@ def test_dump_has_every_file_deterministic_names_no_duplicates(tmp_path):
                 "step_ms", "baseline_step_ms"):
         assert key in plan["predicted"]
     assert json.loads((folder / "config.json").read_text())["memory_budget"] == 0.3
-    assert (folder / "memory.svg").read_text().startswith("<svg")
+    assert (folder / "memory.png").read_bytes().startswith(b"\x89PNG")
 
 
 def test_dump_dir_from_environment(tmp_path, monkeypatch):
@@ -80,13 +80,13 @@ def test_chrome_trace_is_valid_with_three_lanes(tmp_path):
     trace = json.loads((tmp_path / "graph_000" / "timeline.json").read_text())
     events = trace["traceEvents"]
     lanes = {e["args"]["name"] for e in events if e.get("name") == "thread_name"}
-    assert lanes == {"compute", "d2h", "h2d"}
+    assert lanes == {"compute", "d2h", "h2d", "phase"}
     for e in events:
-        assert e["ph"] in ("M", "X", "C") and "pid" in e
+        assert e["ph"] in ("M", "X", "C", "i", "s", "f") and "pid" in e
         if e["ph"] == "X":
             assert e["dur"] >= 0 and e["ts"] >= 0 and isinstance(e["tid"], int)
     used = {e["tid"] for e in events if e["ph"] == "X"}
-    assert used == {0, 1, 2}  # compute, d2h and h2d all have work
+    assert used == {0, 1, 2, 3}  # compute, d2h, h2d and the phases all have slices
     assert any(e["ph"] == "C" and "plan" in e["name"] for e in events)
 
 

@@ -32,6 +32,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from ..reporting import plots
 from .run import DTYPES, STRATEGY_HELP, Row
 
 def strategies_for(requested: list[str] | None, budgets: list[float]) -> list[str]:
@@ -116,9 +117,11 @@ def _flag_disagreements(rows: list[Row], dtype: str) -> None:
 
 
 def pareto(rows: list[Row]) -> set[str]:
-    """Strategies no other beats on both activation memory and step time."""
-    pts = [(r.activation_gib if r.activation_gib is not None else 0.0, r.step_ms, r.strategy)
-           for r in rows if r.status == "ok" and r.step_ms is not None]
+    """Strategies no other beats on both measured activation memory and step time. Rows
+    without measured memory (every row on CPU) are on no frontier: their memory is
+    unknown, not zero."""
+    pts = [(r.activation_gib, r.step_ms, r.strategy) for r in rows
+           if r.status == "ok" and r.step_ms is not None and r.activation_gib is not None]
     front = set()
     for m, t, name in pts:
         if not any((m2 <= m and t2 <= t) and (m2 < m or t2 < t) for m2, t2, _ in pts):
@@ -135,7 +138,9 @@ def table(rows: list[Row]) -> str:
              _f(r.loss, 4), _f(r.grad_norm, 4), r.agrees, r.note] for r in rows]
     headers = ["strategy", "status", "step ms", "peak GiB", "act GiB", "tok/s", "compile s",
                "loss", "grad norm", "agrees", "note"]
-    return tabulate(body, headers=headers) + "\n* on the Pareto frontier (activation memory vs step time)"
+    note = ("* on the Pareto frontier (measured activation memory vs step time)" if front else
+            "no activation memory measured (it is measured on CUDA only): no Pareto frontier")
+    return tabulate(body, headers=headers) + "\n" + note
 
 
 def _f(x, digits):
@@ -153,43 +158,9 @@ def write_outputs(rows: list[Row], out: Path, spec: dict[str, Any]) -> None:
         meta["gpu"] = torch.cuda.get_device_name()
     (out / "compare.json").write_text(json.dumps(
         {"meta": meta, "rows": [asdict(r) for r in rows], "pareto": sorted(pareto(rows))}, indent=2))
-    (out / "compare.svg").write_text(svg_plot(rows))
     (out / "compare.txt").write_text(table(rows) + "\n")
-
-
-def svg_plot(rows: list[Row], width: int = 640, height: int = 420) -> str:
-    """Activation memory (x) against step time (y); frontier points filled."""
-    pts = [(r.activation_gib or 0.0, r.step_ms, r.strategy) for r in rows
-           if r.status == "ok" and r.step_ms is not None]
-    front = pareto(rows)
-    pad = 60
-    xs = [p[0] for p in pts] or [0, 1]
-    ys = [p[1] for p in pts] or [0, 1]
-    x0, x1 = 0.0, max(xs) * 1.1 or 1.0
-    y0, y1 = 0.0, max(ys) * 1.1 or 1.0
-
-    def sx(x): return pad + (x - x0) / (x1 - x0) * (width - 2 * pad)
-    def sy(y): return height - pad - (y - y0) / (y1 - y0) * (height - 2 * pad)
-
-    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
-             f'font-family="sans-serif" font-size="11">',
-             f'<rect width="{width}" height="{height}" fill="white"/>',
-             f'<line x1="{pad}" y1="{height - pad}" x2="{width - pad}" y2="{height - pad}" stroke="black"/>',
-             f'<line x1="{pad}" y1="{pad}" x2="{pad}" y2="{height - pad}" stroke="black"/>',
-             f'<text x="{width / 2}" y="{height - 20}" text-anchor="middle">activation memory (GiB)</text>',
-             f'<text x="15" y="{height / 2}" transform="rotate(-90 15 {height / 2})" '
-             f'text-anchor="middle">step time (ms)</text>',
-             f'<text x="{pad}" y="{height - pad + 15}">{x0:.2f}</text>',
-             f'<text x="{width - pad}" y="{height - pad + 15}" text-anchor="end">{x1:.2f}</text>',
-             f'<text x="{pad - 5}" y="{height - pad}" text-anchor="end">{y0:.1f}</text>',
-             f'<text x="{pad - 5}" y="{pad}" text-anchor="end">{y1:.1f}</text>']
-    for x, y, name in pts:
-        on = name in front
-        parts.append(f'<circle cx="{sx(x):.1f}" cy="{sy(y):.1f}" r="5" '
-                     f'fill="{"#d62728" if on else "white"}" stroke="#d62728"/>')
-        parts.append(f'<text x="{sx(x) + 7:.1f}" y="{sy(y) - 6:.1f}">{name}{" *" if on else ""}</text>')
-    parts.append("</svg>")
-    return "\n".join(parts)
+    plots.save_or_warn(lambda: plots.compare_figure(rows, meta=meta, frontier=pareto(rows)),
+                       out / "compare.png", "compare.png (the comparison plot)")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -204,7 +175,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--budgets", default="0.5,0.2", help="comma-separated fractions")
     p.add_argument("--strategies", default=None, help=f"comma-separated subset of: {STRATEGY_HELP}")
     p.add_argument("--blocks", default=None, help="dotted path of the ModuleList of repeated blocks")
-    p.add_argument("--out", default=None, help="folder for compare.json, compare.svg, compare.txt")
+    p.add_argument("--out", default=None, help="folder for compare.json, compare.png, compare.txt")
     p.add_argument("--timeout", type=float, default=1800, help="seconds per strategy")
     p.add_argument("--offload-options", type=json.loads, default=None,
                    help='extra OffloadConfig options for the offload:* strategies, as JSON, '

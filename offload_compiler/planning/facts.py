@@ -26,6 +26,7 @@ from .costs import NodeCosts, chain_ms, fused_backward_reads
 from .hardware import HardwareProfile
 from .liveness import Liveness, step_transients
 from ..decision import KEEP, OFFLOAD, Decision
+from ..reporting.timeline import Origins
 from .simulator import Lanes, SimResult, SimTensor, Transient, simulate
 from .solver import Option
 
@@ -204,6 +205,8 @@ def final_simulation(facts: Facts, decisions: dict[str, Decision], lanes: Lanes)
     """Simulate ``decisions`` (by tensor name; the rest kept) on this partition, recording
     the timeline."""
     tensors = [dataclasses.replace(x, decision=decisions.get(x.name, KEEP)) for x in facts.tensors]
-    return simulate(facts.fw_ms, facts.bw_ms, tensors, lanes, record=True,
-                    bw_out_bytes=facts.bw_out_bytes, slowed=facts.slowed,
-                    transients=facts.transients)
+    result = simulate(facts.fw_ms, facts.bw_ms, tensors, lanes, record=True,
+                      bw_out_bytes=facts.bw_out_bytes, slowed=facts.slowed,
+                      transients=facts.transients)
+    result.origins = Origins(facts.fw_nodes, facts.bw_nodes)  # named when a report asks
+    return result

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import bisect
 from dataclasses import dataclass, field
+from typing import Any
 
 from ..decision import KEEP, OFFLOAD, RECOMPUTE, Decision
 from .step_peak import Transient, step_peak_of
@@ -93,13 +94,22 @@ class SimResult:
     copy_ms: dict[str, float] = field(default_factory=dict)
     hidden_ms: dict[str, float] = field(default_factory=dict)
     """Per offloaded tensor: compute time that ran while its D2H copy ran."""
-    events: list[tuple[str, str, float, float]] = field(default_factory=list)
-    """(lane, label, start_ms, end_ms): lanes ``compute``, ``d2h``, ``h2d``."""
+    events: list[tuple[str, int, str, float, float]] = field(default_factory=list)
+    """``(lane, op, tensor, start_ms, end_ms)``, lanes ``compute``, ``d2h``, ``h2d``. ``op``
+    numbers the ops over forward then backward (backward op ``k`` is ``len(fw_ms) + k``):
+    on ``compute`` the op that ran (``tensor`` empty) or, for a recomputation, the
+    backward op it runs before (``tensor``: the value recomputed); on ``d2h`` the op
+    that produced ``tensor``; on ``h2d`` the backward op its reload is issued before.
+    Plain data: reports name them (module, source line) through :attr:`origins`."""
     memory: list[tuple[float, int]] = field(default_factory=list)
     """(time_ms, activation bytes held) after every change."""
     step_peak_bytes: int = 0
     """Peak of activations and ``transients`` together (0 without ``transients``)."""
     step_peak_time_ms: float = 0.0
+    origins: Any = field(default=None, repr=False, compare=False)
+    """What each op and tensor of :attr:`events` is in the user's terms, for reports
+    (``reporting.timeline.Origins``); set by the caller that knows the graph
+    (``planning.facts.final_simulation``), never read here."""
 
 
 def copy_ms(nbytes: int, gbps: float) -> float:
@@ -120,7 +130,7 @@ def simulate(fw_ms: list[float], bw_ms: list[float], tensors: list[SimTensor], l
     ``step_peak_bytes``."""
     mem_deltas: list[tuple[float, int, int]] = []  # (time, order, delta)
     out_deltas: list[tuple[float, int, int]] = []  # bw_out_bytes: activation peak only
-    events: list[tuple[str, str, float, float]] = []
+    events: list[tuple[str, int, str, float, float]] = []
     op_span: list[tuple[float, float]] = []  # (start, end) of every op, forward then backward
     order = 0
 
@@ -154,7 +164,7 @@ def simulate(fw_ms: list[float], bw_ms: list[float], tensors: list[SimTensor], l
         op_start.append(t)
         ms = fw_ms[i] * (slow if d2h_free > t and fw_slowed[i] else 1.0)
         if record and ms > 0:
-            events.append(("compute", f"fw {i}", t, t + ms))
+            events.append(("compute", i, "", t, t + ms))
         op_span.append((t, t + ms))
         t += ms
         for x in held_from.get(i, ()):
@@ -167,7 +177,7 @@ def simulate(fw_ms: list[float], bw_ms: list[float], tensors: list[SimTensor], l
                 done_at[x.name] = start + dur * (1 + lanes.lead)
                 d2h_free = start + dur
                 if record:
-                    events.append(("d2h", x.name, start, start + dur))
+                    events.append(("d2h", i, x.name, start, start + dur))
                 pending.append(x)
                 check_at = min(check_at, _earliest_release(x))
         if pending and (i >= check_at or i == n_fw - 1):
@@ -224,7 +234,7 @@ def simulate(fw_ms: list[float], bw_ms: list[float], tensors: list[SimTensor], l
             h2d_free = start + dur
             mem(t, x.nbytes)
             if record:
-                events.append(("h2d", x.name, start, start + dur))
+                events.append(("h2d", n_fw + k, x.name, start, start + dur))
         for x in first_use.get(k, ()):
             if x.decision == OFFLOAD:
                 wait = max(0.0, reload_end[x.name] - t)
@@ -236,12 +246,12 @@ def simulate(fw_ms: list[float], bw_ms: list[float], tensors: list[SimTensor], l
                     ms -= x.shared_ms if x.group in groups_done else 0.0
                     groups_done.add(x.group)
                 if record and ms > 0:
-                    events.append(("compute", f"recompute {x.name}", t, t + ms))
+                    events.append(("compute", n_fw + k, x.name, t, t + ms))
                 t += ms
                 mem(t, x.nbytes)
         ms = bw_ms[k] * (slow if h2d_free > t and bw_slowed[k] else 1.0)
         if record and ms > 0:
-            events.append(("compute", f"bw {k}", t, t + ms))
+            events.append(("compute", n_fw + k, "", t, t + ms))
         out = bw_out_bytes[k] if bw_out_bytes else 0
         if out:
             mem(t, out, out_deltas)

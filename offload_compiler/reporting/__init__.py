@@ -2,7 +2,8 @@
 
 - ``records``: plan records (``GraphPlan``, ``DecisionRecord``, ``Predictions``).
 - ``tables``: JSON records, the decision table, the summary.
-- ``timeline``: the simulated schedule as a Chrome trace and a memory plot.
+- ``timeline``: the simulated schedule as a Chrome trace (Perfetto).
+- ``plots``: matplotlib plots (memory over the step, the comparison); an optional extra.
 - ``graph_text``: readable graph code with transfer annotations.
 - ``dump``: one folder per compiled graph.
 - ``explain``: trace and plan a model, and report, without training it.

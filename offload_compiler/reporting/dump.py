@@ -8,7 +8,7 @@ variable ``OFFLOAD_COMPILER_DUMP_DIR``) is set.
         forward.2_transfers.py        after inserting the transfer nodes
         forward.3_scheduled.py        after scheduling; stream, event and bytes beside
                                       every transfer node
-        plan.json  plan.txt  summary.txt  config.json  timeline.json  memory.svg
+        plan.json  plan.txt  summary.txt  config.json  timeline.json  memory.png
 
 Graph files are readable, runnable Python (``import offload_compiler`` registers the
 transfer ops) with shapes, strides, dtypes and devices in the annotations. A stage is
@@ -23,6 +23,9 @@ directory. Every file written names both: the first line of ``summary.txt`` and
 ``plan.txt`` and a comment at the top of every graph file read
 ``graph 2 (dump folder graph_000)``; ``plan.json`` has ``graph_id`` and
 ``dump_folder``; the trace in ``timeline.json`` is titled the same way.
+``timeline.json`` is the simulated schedule for Perfetto (``reporting.timeline``);
+``memory.png`` plots activation memory over the step (``reporting.plots``; needs
+matplotlib, and without it is left out with one WARNING per process).
 
 A dump never stops training: a folder that cannot be created or a file that cannot be
 written (a path under a regular file, a full disk) is logged once per dump directory
@@ -32,7 +35,6 @@ there (what was written stays, and ``inspect`` says what is missing).
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import threading
@@ -41,7 +43,7 @@ from typing import Any
 
 import torch.fx as fx
 
-from . import tables, timeline
+from . import plots, tables, timeline
 from .graph_text import graph_text
 from .records import GraphPlan
 
@@ -56,6 +58,7 @@ HEADER = ("# Dumped by offload_compiler. Runnable: build the module with the inp
 _lock = threading.Lock()
 _counters: dict[str, int] = {}
 _warned: set[str] = set()
+_plot_failed = False
 
 
 def dump_root(config_dir: str | None) -> Path | None:
@@ -138,8 +141,10 @@ class Dumper:
         self._write("plan.txt", f"{self.label}: decisions\n" + tables.decision_table(plan) + "\n")
         self._write("summary.txt", self._titled(tables.summary_text(plan), plan.graph_id) + "\n")
         self._write("config.json", tables.to_json(data["config"]))
-        self._write("timeline.json", json.dumps(self._titled_trace(timeline.chrome_trace(plan))))
-        self._write("memory.svg", timeline.memory_svg(plan))
+        self._write("timeline.json", timeline.trace_json(
+            timeline.chrome_trace(plan, title=f"offload plan, {self.label}")))
+        self._plot("memory.png", lambda: plots.memory_figure(plan, config=config),
+                   f"memory.png of {self.label} (activation memory over the step)")
 
     def replay(self, graph_files: dict[str, str]) -> None:
         """Write the graph files recorded by the compile that made a cached plan; the
@@ -160,12 +165,6 @@ class Dumper:
             return self.label + sep + rest
         return self.label + "\n" + summary
 
-    def _titled_trace(self, trace: dict[str, Any]) -> dict[str, Any]:
-        for event in trace["traceEvents"]:
-            if event.get("ph") == "M" and event.get("name") == "process_name":
-                event["args"] = {**event.get("args", {}), "name": f"offload plan, {self.label}"}
-        return trace
-
     def _write(self, name: str, text: str) -> None:
         if self.folder is None:  # an earlier write of this graph failed
             return
@@ -173,6 +172,23 @@ class Dumper:
             (self.folder / name).write_text(text, encoding="utf-8")
         except OSError as error:
             self._give_up(error)
+
+    def _plot(self, name: str, make, what: str) -> None:
+        """Draw and write a plot; without matplotlib a WARNING once per process (``plots``).
+        A plot that fails to draw is said once per process and the dump goes on."""
+        global _plot_failed
+        if self.folder is None:
+            return
+        try:
+            plots.save_or_warn(make, self.folder / name, what)
+        except OSError as error:
+            self._give_up(error)
+        except Exception as error:  # a plotting bug must not stop training
+            with _lock:
+                first, _plot_failed = not _plot_failed, True
+            if first:
+                log.warning("offload: %s not drawn (%s: %s); the rest of the dump is written. "
+                            "Said once.", what, type(error).__name__, error)
 
     def _give_up(self, error: OSError) -> None:
         """Stop this graph's dump; say so once per dump directory per process."""
