@@ -162,13 +162,22 @@ class MeasuredGraph:
 
 
 def _dump_measured(plan: GraphPlan) -> None:
-    """``measured.json`` beside the plan in the graph's dump folder, if it has one."""
+    """``measured.json`` beside the plan in the graph's dump folder, if it has one, and
+    ``timeline.json`` again with the measured schedule beside the predicted one."""
     if not plan.dump_folder:
         return
+    from .reporting import timeline
+
     try:
         with open(os.path.join(plan.dump_folder, "measured.json"), "w") as f:
-            json.dump({"graph_id": plan.graph_id, "measured": plan.measured.as_dict(),
+            json.dump({"schema_version": 1, "graph_id": plan.graph_id,
+                       "measured": plan.measured.as_dict(),
                        "predicted": plan.predicted.as_dict() if plan.predicted else None,
                        "corrections": plan.corrections}, f, indent=1)
+        if plan.measured.events and plan.simulation is not None:
+            trace = timeline.chrome_trace(plan, title=f"offload plan, graph {plan.graph_id}",
+                                          measured_events=plan.measured.events)
+            with open(os.path.join(plan.dump_folder, "timeline.json"), "w") as f:
+                f.write(timeline.trace_json(trace))
     except OSError as e:
-        log.warning("offload: could not write measured.json in %s: %s", plan.dump_folder, e)
+        log.warning("offload: could not write the measurement in %s: %s", plan.dump_folder, e)

@@ -197,3 +197,27 @@ def test_disagreements_and_corrections_are_relative_to_the_prediction():
     assert c.unmodelled_bytes == 200 << 20 and c.held_before_bytes == 5 << 30
     assert c.fw_scale == pytest.approx(4.1 / 4.0) and c.bw_scale == pytest.approx(6.1 / 6.0)
     assert c.key() != limit.key()
+
+
+def test_the_measurement_is_written_to_the_dump_beside_the_prediction(source, tmp_path):
+    import json
+
+    b = backend(**OPTIONS, memory_budget=0.5, dump_dir=str(tmp_path))
+    make = _as_predicted(b.plans)
+
+    def with_events(call):
+        m = make(call)
+        m.events = [{"lane": "compute", "name": "forward", "start_ms": 0.0, "dur_ms": m.fw_ms, "args": {}},
+                    {"lane": "d2h", "name": "d2h 1.0 MiB", "start_ms": 0.1, "dur_ms": 0.2,
+                     "args": {"nbytes": 1 << 20}}]
+        return m
+
+    source(with_events)
+    _run(b, steps=5)
+    (folder,) = tmp_path.glob("graph_*")
+    record = json.loads((folder / "measured.json").read_text())
+    assert record["measured"]["call"] == 3 and record["predicted"]["step_ms"] > 0
+    trace = json.loads((folder / "timeline.json").read_text())
+    names = [e.get("args", {}).get("name") for e in trace["traceEvents"] if e.get("ph") == "M"]
+    assert any(n and n.startswith("measured") for n in names), names
+    assert any(e.get("name") == "d2h 1.0 MiB" for e in trace["traceEvents"])

@@ -68,6 +68,11 @@ class Measured:
     """``"forward"`` or ``"backward"``: where that peak fell."""
     holders: list[str] = field(default_factory=list)
     """The largest allocations live at the peak: size, source line, code."""
+    events: list[dict[str, Any]] = field(default_factory=list)
+    """The measured schedule: the forward and backward on the compute lane, each stall
+    and each copy on its lane (``{"lane", "name", "start_ms", "dur_ms", "args"}``, from
+    the forward's start; the time between the forward's end and the backward's start,
+    other work, is left out, as in the simulated step)."""
 
     @property
     def step_ms(self) -> float:
@@ -87,6 +92,28 @@ class Measured:
 
 class Recorder(Protocol):
     def probe(self, phase: str) -> None: ...
+    def _events(self, out: Measured) -> list[dict[str, Any]]:
+        """The measured schedule (``Measured.events``), when time was measured."""
+        if self.what != "time":
+            return []
+        origin = self.events["fw_start"]
+        gap = self.events["fw_end"].elapsed_time(self.events["bw_start"])
+
+        def at(event: torch.cuda.Event, phase: str) -> float:
+            return origin.elapsed_time(event) - (gap if phase == "bw_start" else 0.0)
+
+        events = [{"lane": "compute", "name": "forward", "start_ms": 0.0, "dur_ms": out.fw_ms, "args": {}},
+                  {"lane": "compute", "name": "backward", "start_ms": out.fw_ms, "dur_ms": out.bw_ms,
+                   "args": {}}]
+        for phase, before, after in self.stalls:
+            events.append({"lane": "compute", "name": "stall (waits for a copy)",
+                           "start_ms": at(before, phase), "dur_ms": before.elapsed_time(after), "args": {}})
+        for phase, direction, nbytes, start, end in self.copies:
+            events.append({"lane": direction, "name": f"{direction} {format_bytes(nbytes)}",
+                           "start_ms": at(start, phase), "dur_ms": start.elapsed_time(end),
+                           "args": {"nbytes": nbytes}})
+        return events
+
     def complete(self) -> bool:
         """Every phase was probed (the backward of the measured call has run)."""
     def abort(self) -> None: ...
@@ -115,7 +142,7 @@ class CudaRecorder:
         self.events: dict[str, torch.cuda.Event] = {}
         self.counts: dict[str, tuple[int, int]] = {}
         self.allocated: dict[str, int] = {}
-        self.copies: list[tuple[str, int, torch.cuda.Event, torch.cuda.Event]] = []
+        self.copies: list[tuple[str, str, int, torch.cuda.Event, torch.cuda.Event]] = []
         self.stalls: list[tuple[str, torch.cuda.Event, torch.cuda.Event]] = []
         self.history = False
 
@@ -131,6 +158,28 @@ class CudaRecorder:
         event.record(torch.cuda.current_stream(self.device))
         self.events[phase] = event
         active = self if phase in ("fw_start", "bw_start") and self.what == "time" else None
+
+    def _events(self, out: Measured) -> list[dict[str, Any]]:
+        """The measured schedule (``Measured.events``), when time was measured."""
+        if self.what != "time":
+            return []
+        origin = self.events["fw_start"]
+        gap = self.events["fw_end"].elapsed_time(self.events["bw_start"])
+
+        def at(event: torch.cuda.Event, phase: str) -> float:
+            return origin.elapsed_time(event) - (gap if phase == "bw_start" else 0.0)
+
+        events = [{"lane": "compute", "name": "forward", "start_ms": 0.0, "dur_ms": out.fw_ms, "args": {}},
+                  {"lane": "compute", "name": "backward", "start_ms": out.fw_ms, "dur_ms": out.bw_ms,
+                   "args": {}}]
+        for phase, before, after in self.stalls:
+            events.append({"lane": "compute", "name": "stall (waits for a copy)",
+                           "start_ms": at(before, phase), "dur_ms": before.elapsed_time(after), "args": {}})
+        for phase, direction, nbytes, start, end in self.copies:
+            events.append({"lane": direction, "name": f"{direction} {format_bytes(nbytes)}",
+                           "start_ms": at(start, phase), "dur_ms": start.elapsed_time(end),
+                           "args": {"nbytes": nbytes}})
+        return events
 
     def complete(self) -> bool:
         return set(self.events) == set(PHASES)
@@ -155,12 +204,13 @@ class CudaRecorder:
                        stall_ms=sum(a.elapsed_time(b) for _, a, b in self.stalls),
                        fw_stall_ms=sum(a.elapsed_time(b) for p, a, b in self.stalls if p == "fw_start"),
                        held_before_bytes=self.allocated["fw_start"])
-        for direction, nbytes, start, end in self.copies:
+        for _, direction, nbytes, start, end in self.copies:
             took = start.elapsed_time(end)
             if direction == "d2h":
                 out.d2h_ms, out.d2h_bytes = out.d2h_ms + took, out.d2h_bytes + nbytes
             else:
                 out.h2d_ms, out.h2d_bytes = out.h2d_ms + took, out.h2d_bytes + nbytes
+        out.events = self._events(out)
         if self.history:
             try:
                 _peak_from_history(self, out)
@@ -257,7 +307,7 @@ def copy_done(stream: torch.cuda.Stream, start: torch.cuda.Event, direction: str
         return
     end = torch.cuda.Event(enable_timing=True)
     end.record(stream)
-    rec.copies.append((direction, nbytes, start, end))
+    rec.copies.append((rec.phase, direction, nbytes, start, end))
 
 
 def stall_before(stream: torch.cuda.Stream) -> torch.cuda.Event:
