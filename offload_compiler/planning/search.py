@@ -30,6 +30,7 @@ from passes import Candidate
 
 from ..config import OffloadConfig
 from ..decision import RECOMPUTE
+from ..nbytes import nbytes_text
 from ..reporting.records import GraphPlan, Predictions
 from .budget import Budget
 from .costs import NodeCosts
@@ -182,8 +183,8 @@ def _plan_cost_model(joint_gm, start: Partition, num_fwd_outputs: int, config: O
     plan = decide_from_solution(best.candidates, solution, graph_id, best.earlier)
     final = _simulate(plan, best.facts, baseline, lanes, cost, solution.budget_bytes)
     if solution.budget_bytes is not None and final.peak_bytes > solution.budget_bytes:
-        plan.note = (f"budget of {solution.budget_bytes} bytes not reachable: best effort "
-                     f"predicts {final.peak_bytes} bytes")
+        plan.note = (f"budget of {nbytes_text(solution.budget_bytes)} not reachable: best effort "
+                     f"predicts {nbytes_text(final.peak_bytes)}")
     release_after = {name: best.facts.fw_nodes[i] for name, i in final.release_after.items()}
     issue_before = {name: best.facts.bw_nodes[k] for name, k in final.reload_before.items()}
     return PlannedGraph(best.fw_gm, best.bw_gm, plan, release_after, issue_before,
