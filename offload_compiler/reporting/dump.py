@@ -41,6 +41,7 @@ from typing import Any
 
 import torch.fx as fx
 
+from .._version import SCHEMA_VERSION
 from . import tables, timeline
 from .graph_text import graph_text
 from .records import GraphPlan
@@ -137,8 +138,9 @@ class Dumper:
         self._write("plan.json", tables.to_json(data))
         self._write("plan.txt", f"{self.label}: decisions\n" + tables.decision_table(plan) + "\n")
         self._write("summary.txt", self._titled(tables.summary_text(plan), plan.graph_id) + "\n")
-        self._write("config.json", tables.to_json(data["config"]))
-        self._write("timeline.json", json.dumps(self._titled_trace(timeline.chrome_trace(plan))))
+        self._write("config.json", tables.to_json(None if config is None else tables.config_dict(config)))
+        trace = {"schema_version": SCHEMA_VERSION, **self._titled_trace(timeline.chrome_trace(plan))}
+        self._write("timeline.json", json.dumps(trace))
         self._write("memory.svg", timeline.memory_svg(plan))
 
     def replay(self, graph_files: dict[str, str]) -> None:
