@@ -401,3 +401,28 @@ def test_the_example_refuses_an_int_budget(capsys):
     assert err.value.code == 2
     assert "write 1.0" in capsys.readouterr().err
     assert train.parse_args(["--memory-budget", "256MiB"]).memory_budget == 256 * 2**20
+
+
+@pytest.mark.gpu
+def test_on_a_gpu_the_default_devices_do_not_warn_and_the_calibrated_profile_has_a_schema_version(
+        caplog, monkeypatch):
+    from offload_compiler.planning import hardware
+
+    caplog.set_level(logging.WARNING, logger="offload_compiler")
+    monkeypatch.setattr(hardware, "_memo", {})  # calibrate into this test's cache folder (conftest)
+    torch.manual_seed(0)
+    model = NormGeluMLP(d=256).cuda()
+    b = backend(inner_compiler="eager", min_offload_bytes=0, memory_budget=0.5)
+    torch.compile(model, backend=b)(torch.randn(512, 256, device="cuda")).backward()
+    assert b.plans and not b.plans[0].off_device
+    assert not _warnings(caplog, "none on a device type")
+    (path,) = hardware._cache_dir().glob("hardware-*.json")
+    assert json.loads(path.read_text())["schema_version"] == 1
+    calibrated = hardware.profile_for("cuda")
+
+    def never(device):
+        raise AssertionError("calibrated again instead of reading the cached profile")
+
+    monkeypatch.setattr(hardware, "_memo", {})
+    monkeypatch.setattr(hardware, "calibrate", never)
+    assert hardware.profile_for("cuda") == calibrated
