@@ -37,6 +37,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import offload_compiler  # noqa: E402
+from offload_compiler.config import budget_from_text  # noqa: E402
 from offload_compiler.models.gpt import GPT, preset  # noqa: E402
 from offload_compiler.planning.sizes import PlanPerSize  # noqa: E402
 
@@ -158,7 +159,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--shortest", type=int, default=512)
     p.add_argument("--longest", type=int, default=4096)
     p.add_argument("--count", type=int, default=10, help="lengths, from shortest to longest")
-    p.add_argument("--budget", default="auto", help='memory_budget: "auto", a fraction or bytes')
+    p.add_argument("--budget", default="auto",
+                   help='memory_budget: "auto", a fraction (0.5, 1.0) or bytes with a unit (12GiB)')
     p.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float16", "float32"))
     p.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
     p.add_argument("--out", default=None, help="folder for dynamic_shapes.json")
@@ -168,8 +170,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if args.device == "cpu":
         args.shortest, args.longest, args.dtype = min(args.shortest, 32), min(args.longest, 256), "float32"
-    budget = args.budget if args.budget == "auto" else (float(args.budget) if "." in args.budget else int(args.budget))
-    options = {"memory_budget": budget}
+    options = {"memory_budget": budget_from_text(args.budget)}
     if args.device == "cpu":
         options.update(devices=("cpu",), min_offload_bytes=0)
     seq = lengths(args.shortest, args.longest, args.count, 64 if args.device == "cuda" else 16)

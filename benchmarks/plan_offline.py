@@ -35,6 +35,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import offload_compiler  # noqa: E402
+from offload_compiler.config import budget_from_text  # noqa: E402
 from offload_compiler.models.gpt import GPT, PRESETS, make_batch, preset  # noqa: E402
 
 #: Measured on an NVIDIA H100 80GB HBM3 (results/2026-11-21_s4_kernel_rates_h100.json:
@@ -69,7 +70,7 @@ def plan_once(model, inputs, options: dict):
 
 
 def _budget(text: str):
-    return text if text == "auto" else float(text)
+    return budget_from_text(text)  # "auto", a fraction, or bytes with a unit ("12GiB")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -149,8 +149,10 @@ def check_strategy(name: str) -> None:
     base, _, arg = name.partition(":")
     ok = base in BASES and (bool(arg) == (base in ("budget", "offload")))
     if ok and arg and name != FULL and not (base == "offload" and arg == "auto"):
-        try:
-            ok = 0 < float(arg) <= 1
+        from offload_compiler.compare.run import fraction
+
+        try:  # as the harness reads it: a float in (0, 1], "1" refused (write 1.0)
+            ok = fraction(arg) > 0
         except ValueError:
             ok = False
     if not ok:

@@ -7,6 +7,7 @@ with Dynamo's FX graph; :func:`make_backend` builds the same from an
 
 from __future__ import annotations
 
+import inspect
 import logging
 import weakref
 from typing import Any, Callable, Mapping, Sequence
@@ -14,7 +15,7 @@ from typing import Any, Callable, Mapping, Sequence
 import torch
 import torch.fx as fx
 
-from .config import OffloadConfig
+from .config import SUPPORTED_DEVICE_TYPES, OffloadConfig
 from .partitioner import OffloadPartitioner
 from .planning import cache, limits, sizes
 from .planning.replan import Corrections
@@ -61,6 +62,7 @@ class OffloadBackend:
                 f"{VALID_MODES} (pass options=... instead)"
             )
         config = self.config if options is None else OffloadConfig.from_options(options)
+        _warn_if_nothing_offloadable(gm, example_inputs, config)
         per_size = sizes.PlanPerSize.for_graph(
             gm, example_inputs, config.policy,
             lambda graph, inputs, values: self._compile(graph, inputs, config, values))
@@ -154,6 +156,54 @@ def _uses_pool(config: OffloadConfig, compiled: Callable[..., Any], example_inpu
     return compiled
 
 
+def _warn_if_nothing_offloadable(gm: fx.GraphModule, example_inputs: Sequence[Any],
+                                 config: OffloadConfig) -> None:
+    """A WARNING, once per graph, when training a graph none of whose tensors is on a
+    device type ``devices`` allows (the default ``("cuda",)`` on a CPU model): the graph
+    then passes through unchanged, which is otherwise easy to miss."""
+    if config.policy == "none" or not torch.is_grad_enabled():
+        return
+    tensors = [x for x in example_inputs if isinstance(x, torch.Tensor)]
+    tensors += list(gm.parameters()) + list(gm.buffers())
+    if not any(x.requires_grad for x in tensors):
+        return  # no backward, nothing saved for it
+    found = sorted({x.device.type for x in tensors if x.is_floating_point()})
+    if not found or any(kind in config.devices for kind in found):
+        return
+    if found[0] == "cpu":
+        hint = "the loopback mode, copies between host buffers: for tests"
+    else:
+        hint = f"supported device types: {', '.join(SUPPORTED_DEVICE_TYPES)}"
+    log.warning(
+        "offload: a compiled graph has its tensors on %s, none on a device type that "
+        "devices=%r allows: nothing in it is offloaded or recomputed. Move the model to %s, "
+        "or set options={\"devices\": (\"%s\",)} (%s)", " and ".join(found), config.devices,
+        " or ".join(config.devices), found[0], hint)
+
+
+# Dynamo lets an exception derived from its ``ShortenTraceback`` leave
+# ``call_user_compiler`` as it is (anything else is wrapped in ``BackendCompilerFailed``)
+# and cuts its traceback to start at the frame it names: the backend's. Torch 2.11 and
+# 2.13 both do so.
+try:
+    from torch._dynamo.exc import ShortenTraceback as _ShortenTraceback
+except ImportError:  # pragma: no cover - a torch without it wraps the error
+    _ShortenTraceback = None
+
+
+class InvalidOptions(*((_ShortenTraceback,) if _ShortenTraceback else ()), ValueError):
+    """Options given to ``torch.compile(..., backend="offload", options=...)`` that are not
+    valid: a ``ValueError`` naming the option and its valid values, raised by the backend
+    before it traces anything, and passed by Dynamo to the caller unwrapped with a
+    traceback that starts in the backend."""
+
+    def __init__(self, message: str, frame: Any = None) -> None:
+        if _ShortenTraceback is None:  # pragma: no cover
+            super().__init__(message)
+        else:
+            super().__init__(message, first_useful_frame=frame)
+
+
 def make_backend(config: OffloadConfig | Mapping[str, Any] | None = None, **options: Any) -> OffloadBackend:
     """A backend for ``torch.compile(model, backend=make_backend(...))``.
 
@@ -173,8 +223,17 @@ def offload_backend(
     options: Mapping[str, Any] | None = None,
     mode: str | None = None,
 ) -> Callable[..., Any]:
-    """The function registered as ``backend="offload"``."""
-    backend = OffloadBackend(OffloadConfig.from_options(options))
+    """The function registered as ``backend="offload"``.
+
+    Dynamo calls it once per captured graph, with ``torch.compile``'s ``options``; bad
+    options raise :class:`InvalidOptions` here, before AOTAutograd traces anything
+    (``torch.compile`` itself keeps ``options`` without looking at them; build the
+    backend with :func:`make_backend` to have them checked at once)."""
+    try:
+        config = OffloadConfig.from_options(options)
+    except ValueError as error:
+        raise InvalidOptions(f"backend=\"offload\", options: {error}", inspect.currentframe()) from None
+    backend = OffloadBackend(config)
     return backend(gm, example_inputs, mode=mode)
 
 

@@ -4,7 +4,9 @@
 :meth:`OffloadConfig.from_options`) or directly. Every field is validated in
 ``__post_init__``; a bad value raises ``ValueError`` naming the valid values.
 
-Units: bytes are plain byte counts (``*_bytes``).
+Units: bytes are plain byte counts (``*_bytes``), except ``memory_budget``, whose bytes
+are written with a unit (``"12GiB"``, a :class:`ByteSize`) so that no number is read as
+bytes by mistake.
 """
 
 from __future__ import annotations
@@ -19,6 +21,12 @@ from dataclasses import dataclass
 from typing import Any, Literal, Mapping, get_args
 
 import torch
+
+from .nbytes import SIZE_RE, UNITS_TEXT, ByteSize, parse_nbytes, with_unit
+
+__all__ = ["DEFAULT_DEVICES", "SUPPORTED_DEVICE_TYPES", "ByteSize", "OffloadConfig", "budget_from_text",
+           "check_budget", "is_integral", "is_real", "option_names", "parse_nbytes", "real_in_range",
+           "valid_keys_text"]
 
 InnerCompiler = Literal["inductor", "eager"]
 Policy = Literal["cost_model", "all", "none"]
@@ -73,14 +81,17 @@ class OffloadConfig:
     ``"all"``: offload every eligible activation (at least ``min_offload_bytes``).
     ``"none"``: change nothing (the inner compiler's own result: the baseline)."""
 
-    memory_budget: float | int | str = "auto"
+    memory_budget: float | str = "auto"
     """Bound on the *activation peak*: the most bytes of forward values held on the GPU
     for backward at any moment of the step (in backward, with the output of the op
     running: a recomputation that lands beside that output saves nothing, and the
-    planner sees so). A float in (0, 1] is a fraction of the
-    activation peak of the default partition with nothing offloaded; an int is a byte
-    count; ``"auto"`` (default) takes the least activation peak whose predicted
-    overhead stays within ``max_overhead``. Used by ``policy="cost_model"``."""
+    planner sees so). A float in (0, 1] is a fraction of the activation peak of the
+    default partition with nothing offloaded (``1.0``: no change); a string with a unit
+    is bytes (``"12GiB"``, ``"512MiB"``, ``"1.5GB"``; stored as a :class:`ByteSize`, an
+    ``int`` of bytes that prints as written); ``"auto"`` (default) takes the least
+    activation peak whose predicted overhead stays within ``max_overhead``. An ``int``
+    is refused: ``1`` would read as one byte where ``1.0`` means no change. Used by
+    ``policy="cost_model"``."""
 
     max_overhead: float = 0.03
     """With ``memory_budget="auto"``: the predicted step-time increase allowed, as a
@@ -167,7 +178,7 @@ class OffloadConfig:
         self._set("min_offload_bytes", _check_int("min_offload_bytes", self.min_offload_bytes, allow_none=False))
         self._set("max_host_bytes", _check_int("max_host_bytes", self.max_host_bytes, allow_none=True))
         self._set("prefetch_depth", _check_int("prefetch_depth", self.prefetch_depth, allow_none=False))
-        self._set("memory_budget", _check_budget(self.memory_budget))
+        self._set("memory_budget", check_budget(self.memory_budget))
         self._set("memory_limit", _check_limit(self.memory_limit))
         if not isinstance(self.replan, bool):
             raise ValueError(f"replan={self.replan!r} is not valid; give True or False")
@@ -309,61 +320,87 @@ def _device_types(devices: Any) -> tuple[str, ...]:
     return tuple(types)
 
 
-_SIZE_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
-               "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40}
-
-
-def parse_nbytes(name: str, text: str) -> int | None:
-    """A size given as text: ``"auto"`` as ``None``; ``"1048576"``, ``"64MiB"``, ``"1.5 GB"``
-    as bytes; else a ``ValueError`` naming ``name``."""
-    if text.strip().lower() == "auto":
-        return None
-    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([kmgt]i?b|b)?\s*", text.lower())
-    if match is None:
-        raise ValueError(
-            f"{name}={text!r} is not valid; give \"auto\" or a number of bytes, optionally "
-            "with a unit (B, KiB, MiB, GiB, TiB, KB, MB, GB, TB), e.g. \"256MiB\""
-        )
-    return int(float(match.group(1)) * _SIZE_UNITS[match.group(2) or ""])
-
-
 #: ``memory_limit="device"``: the fraction of what the GPU can give that is held back for
 #: the caching allocator's fragmentation (blocks split and cached, not reusable at once).
 DEVICE_MARGIN = 0.05
 
 
-def _check_limit(value: Any) -> int | str | None:
-    """``memory_limit`` normalised: ``None``, ``"device"`` or an int of bytes from a size
-    with a unit."""
-    if value is None or value == "device":
+def _check_limit(value: Any) -> ByteSize | str | None:
+    """``memory_limit`` normalised: ``None``, ``"device"`` or a :class:`ByteSize` (bytes
+    with a unit, which keeps its text)."""
+    if value is None or value == "device" or isinstance(value, ByteSize):
         return value
-    if isinstance(value, str) and re.search(r"[a-zA-Z]", value):
+    if isinstance(value, str):
         try:
-            nbytes = parse_nbytes("memory_limit", value)
+            size = ByteSize(value, name="memory_limit")
         except ValueError:
-            nbytes = None
-        if nbytes:
-            return nbytes
+            size = None
+        if size:
+            return size
     raise ValueError(
         f"memory_limit={value!r} is not valid; give bytes with a unit as a string "
-        "(e.g. \"40GiB\", \"35.5GB\", \"512MiB\"), \"device\" (what the GPU can give) or None")
+        f"({UNITS_TEXT}; e.g. \"40GiB\", \"35.5GB\"), \"device\" (what the GPU can give) or None")
 
 
-def _check_budget(value: Any) -> float | int | str:
-    """``memory_budget`` normalised: ``"auto"``, a Python ``int`` of bytes (any integer
-    value) or a Python ``float`` fraction in (0, 1] (any other real value)."""
-    if isinstance(value, str) and value == "auto":
+def check_budget(value: Any) -> float | str:
+    """``memory_budget`` normalised: ``"auto"``, a Python ``float`` fraction in (0, 1] (any
+    real value that is not an integer type) or a :class:`ByteSize` (a string with a unit).
+    Integers are refused whatever their type: they used to be bytes."""
+    if isinstance(value, ByteSize) or (isinstance(value, str) and value == "auto"):
         return value
-    if is_integral(value) and int(value) >= 0:
-        return int(value)
-    if is_real(value) and not is_integral(value):
+    if isinstance(value, str):
+        match = SIZE_RE.fullmatch(value.lower())
+        if match is not None and not match.group(2):
+            raise ValueError(
+                f"memory_budget={value!r} is not valid: a number as a string has no unit. Give "
+                f"a float for a fraction of the activation peak (memory_budget=0.5), or bytes "
+                f"with a unit ({UNITS_TEXT}), e.g. \"12GiB\""
+            )
+        try:
+            return ByteSize(value, name="memory_budget")
+        except ValueError:
+            raise ValueError(
+                f"memory_budget={value!r} is not valid; give \"auto\", a float fraction in "
+                f"(0, 1] of the activation peak, or bytes with a unit ({UNITS_TEXT}) as a "
+                "string, e.g. \"12GiB\""
+            ) from None
+    if is_integral(value):
+        n = int(value)
+        if n == 1:
+            why = "1 could mean one byte or the whole peak"
+            advice = ("for no change write 1.0 (a fraction: a float in (0, 1] of the activation "
+                      "peak); for bytes write a string with a unit, e.g. memory_budget=\"1GiB\"")
+        else:
+            why = "a fraction is a float and bytes need a unit"
+            advice = ("for a fraction of the activation peak write a float in (0, 1] (1.0 "
+                      "changes nothing); for bytes write a string with a unit, e.g. "
+                      f"memory_budget=\"{with_unit(max(n, 0))}\"")
+        raise ValueError(f"memory_budget={value!r} is not valid: an int is refused, as {why}. "
+                         f"{advice[0].upper()}{advice[1:]}")
+    if is_real(value):
         number = float(value)
         if math.isfinite(number) and 0.0 < number <= 1.0:
             return number
     raise ValueError(
         f"memory_budget={value!r} is not valid; give \"auto\", a float fraction in "
-        "(0, 1] of the activation peak, or an int number of bytes (>= 0)"
+        f"(0, 1] of the activation peak, or bytes with a unit ({UNITS_TEXT}) as a "
+        "string, e.g. \"12GiB\""
     )
+
+
+def budget_from_text(text: str) -> float | str:
+    """A ``memory_budget`` written on a command line (``offload:B``, ``--memory-budget``):
+    ``"auto"``, a fraction (``"0.5"``, ``"1.0"``) or bytes with a unit (``"12GiB"``),
+    checked as :class:`OffloadConfig` checks it. A whole number without a unit (``"1"``,
+    ``"3"``) is refused, as an ``int`` is in Python."""
+    stripped = text.strip()
+    if re.fullmatch(r"[+-]?\d+", stripped):
+        return check_budget(int(stripped))  # refused, with what to write instead
+    try:
+        number = float(stripped)
+    except ValueError:
+        return check_budget(stripped)  # "auto", bytes with a unit, or refused
+    return check_budget(number)
 
 
 def _check_int(name: str, value: Any, *, allow_none: bool) -> int | None:
@@ -375,12 +412,3 @@ def _check_int(name: str, value: Any, *, allow_none: bool) -> int | None:
         raise ValueError(f"{name}={value!r} is not valid; it must be {allowed}")
     return int(value)
 
-
-def format_bytes(nbytes: int | float) -> str:
-    """``nbytes`` in the largest binary unit that keeps it at least 1: ``"1.50 GiB"``,
-    ``"64.0 MiB"``, ``"512 B"`` (negative sizes keep their sign)."""
-    sign, size = ("-" if nbytes < 0 else ""), abs(nbytes)
-    for unit, scale in (("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if size >= scale:
-            return f"{sign}{size / scale:.{2 if unit in ('TiB', 'GiB') else 1}f} {unit}"
-    return f"{sign}{int(size)} B"

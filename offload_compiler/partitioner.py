@@ -31,6 +31,7 @@ from passes import (
 from .config import OffloadConfig
 from .planning import Partition, PlannedGraph, plan_graph
 from .planning import cache
+from .planning.budget import warn_if_missed
 from .planning.decide import offloads_of
 from .planning.replan import Corrections
 from .planning.search import progress, replay
@@ -153,6 +154,7 @@ class OffloadPartitioner(CustomPartitionerFn):
         plan.dump_folder = str(dumper.folder) if dumper.enabled else None
         _trace_artifact(plan, self.config)
         log.info("offload: %s", plan.summary())
+        warn_if_missed(plan, self.config.memory_budget)
         for d in plan.decisions:
             log.debug("offload: graph %d: %s %s (%d bytes): %s",
                       plan.graph_id, d.decision.value, d.name, d.nbytes, d.reason)

@@ -22,7 +22,7 @@ from helpers import assert_bitwise, assert_close, backend, loopback, train
 from models import Attention, NormGeluMLP
 
 #: An activation budget in bytes: the tiny GPT at length 64 is under it, at 256 far over.
-BUDGET_BYTES = 2 * 2**20
+BUDGET_BYTES = "2MiB"
 
 CFG = preset("tiny", seq_len=256)
 

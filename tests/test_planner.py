@@ -83,7 +83,7 @@ def test_byte_budget_and_auto():
     assert p["activation_peak_bytes"] < p["baseline_activation_peak_bytes"]
     torch._dynamo.reset()
     nbytes = int(p["baseline_activation_peak_bytes"] * 0.6)
-    plan = _plan(model, inputs, memory_budget=nbytes)
+    plan = _plan(model, inputs, memory_budget=f"{nbytes}B")
     assert plan.predicted["budget_bytes"] == nbytes
     assert plan.predicted["activation_peak_bytes"] <= nbytes
 
@@ -118,7 +118,7 @@ def test_auto_searches_realised_partitions_within_its_overhead(monkeypatch):
 
 def test_impossible_budget_is_best_effort_and_said():
     model, inputs = _gpt()
-    plan = _plan(model, inputs, memory_budget=1)  # one byte
+    plan = _plan(model, inputs, memory_budget="1B")  # one byte
     assert "not reachable" in plan.note and "not reachable" in plan.summary()
 
 

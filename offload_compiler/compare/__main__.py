@@ -7,7 +7,7 @@ import json
 import sys
 from dataclasses import asdict
 
-from .harness import add_arguments, main_compare
+from .cli import add_arguments, main_compare
 from .run import run_strategy
 
 
@@ -16,7 +16,11 @@ def main(argv: list[str] | None = None) -> int:
     if len(argv) == 2 and argv[0] == "--worker":
         print(json.dumps(asdict(run_strategy(json.loads(argv[1])))))
         return 0
-    parser = argparse.ArgumentParser(prog="python -m offload_compiler.compare")
+    from ..__main__ import version_text
+
+    parser = argparse.ArgumentParser(prog="python -m offload_compiler.compare",
+                                     description="Run a model under every memory strategy, side by side.")
+    parser.add_argument("--version", action="version", version=version_text())
     add_arguments(parser)
     return main_compare(parser.parse_args(argv))
 

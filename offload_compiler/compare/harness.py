@@ -22,26 +22,53 @@ norm, which every strategy must agree on (a disagreement is flagged).
 
 from __future__ import annotations
 
-import argparse
 import json
+import logging
 import math
 import os
 import subprocess
 import sys
+import time
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 from ..reporting import plots
-from .run import DTYPES, STRATEGY_HELP, Row
+from .._version import SCHEMA_VERSION
+from ..config import OffloadConfig, budget_from_text
+from .run import DTYPES, STRATEGY_HELP, Row, fraction
+
+log = logging.getLogger(__name__)
+
+#: Strategies without an argument; ``budget:B`` and ``offload:B`` take one.
+PLAIN_STRATEGIES = ("eager", "inductor", "full_ac", "sac", "torch_offload")
+
+
+def check_strategy(name: str) -> str:
+    """``name`` if it is a valid strategy, else a ``ValueError`` saying why: ``offload:B``
+    takes ``auto``, a fraction or bytes with a unit (``memory_budget``'s rules),
+    ``budget:B`` a fraction (torch's ``activation_memory_budget``)."""
+    base, sep, arg = name.partition(":")
+    try:
+        if base in PLAIN_STRATEGIES and not sep:
+            return name
+        if base == "offload" and sep:
+            budget_from_text(arg)
+            return name
+        if base == "budget" and sep:
+            fraction(arg)
+            return name
+        if base == "offload-limit" and sep:
+            OffloadConfig(memory_limit=arg)
+            return name
+    except ValueError as error:
+        raise ValueError(f"strategy {name!r}: {error}") from None
+    raise ValueError(f"unknown strategy {name!r}; valid strategies: {STRATEGY_HELP}")
+
 
 def strategies_for(requested: list[str] | None, budgets: list[float]) -> list[str]:
     if requested:
-        for s in requested:
-            base = s.split(":")[0]
-            if base not in ("eager", "inductor", "full_ac", "sac", "budget", "torch_offload", "offload"):
-                raise ValueError(f"unknown strategy {s!r}; valid strategies: {STRATEGY_HELP}")
-        return requested
+        return [check_strategy(s) for s in requested]
     out = ["eager", "inductor", "full_ac", "sac"]
     out += [f"budget:{b}" for b in budgets]
     out += ["torch_offload", "offload:auto"] + [f"offload:{b}" for b in budgets]
@@ -68,13 +95,21 @@ def compare(*, preset: str | None = "tiny", model: str | None = None, device: st
     if dtype not in DTYPES:
         raise ValueError(f"dtype={dtype!r}; valid dtypes are {DTYPES}")
     for b in budgets:
-        if not 0 < b <= 1:
-            raise ValueError(f"budget {b} must be in (0, 1]")
+        try:
+            fraction(b)
+        except ValueError as error:
+            raise ValueError(f"budgets: {error}") from None
     rows = []
-    for name in strategies_for(strategies, list(budgets)):
+    names = strategies_for(strategies, list(budgets))
+    for i, name in enumerate(names, 1):
         spec = dict(strategy=name, preset=preset, model=model, device=device, dtype=dtype,
                     steps=steps, warmup=warmup, blocks=blocks, offload_options=offload_options)
+        log.info("compare: [%d/%d] %s: started", i, len(names), name)
+        t0 = time.perf_counter()
         rows.append(_run_in_subprocess(spec, timeout_s, Path(out) if out is not None else None))
+        row = rows[-1]
+        log.info("compare: [%d/%d] %s: %s in %.1f s%s", i, len(names), name, row.status,
+                 time.perf_counter() - t0, f" ({row.note})" if row.status != "ok" and row.note else "")
         _flag_disagreements(rows, dtype)
         if out is not None:  # after every row: a run cut short keeps what it measured
             write_outputs(rows, Path(out), spec)
@@ -157,38 +192,8 @@ def write_outputs(rows: list[Row], out: Path, spec: dict[str, Any]) -> None:
     if spec["device"].startswith("cuda") and torch.cuda.is_available():
         meta["gpu"] = torch.cuda.get_device_name()
     (out / "compare.json").write_text(json.dumps(
-        {"meta": meta, "rows": [asdict(r) for r in rows], "pareto": sorted(pareto(rows))}, indent=2))
+        {"schema_version": SCHEMA_VERSION, "meta": meta, "rows": [asdict(r) for r in rows],
+         "pareto": sorted(pareto(rows))}, indent=2))
     (out / "compare.txt").write_text(table(rows) + "\n")
     plots.save_or_warn(lambda: plots.compare_figure(rows, meta=meta, frontier=pareto(rows)),
                        out / "compare.png", "compare.png (the comparison plot)")
-
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    src = p.add_mutually_exclusive_group()
-    src.add_argument("--preset", default="tiny", help="example GPT preset (tiny, medium, h100)")
-    src.add_argument("--model", default=None, help="module:factory returning (model, batch)")
-    p.add_argument("--device", default="cpu")
-    p.add_argument("--dtype", default=None, choices=DTYPES,
-                   help="default: float32 on CPU, bfloat16 on CUDA")
-    p.add_argument("--steps", type=int, default=5)
-    p.add_argument("--warmup", type=int, default=2)
-    p.add_argument("--budgets", default="0.5,0.2", help="comma-separated fractions")
-    p.add_argument("--strategies", default=None, help=f"comma-separated subset of: {STRATEGY_HELP}")
-    p.add_argument("--blocks", default=None, help="dotted path of the ModuleList of repeated blocks")
-    p.add_argument("--out", default=None, help="folder for compare.json, compare.png, compare.txt")
-    p.add_argument("--timeout", type=float, default=1800, help="seconds per strategy")
-    p.add_argument("--offload-options", type=json.loads, default=None,
-                   help='extra OffloadConfig options for the offload:* strategies, as JSON, '
-                        'e.g. \'{"node_costs": "profile"}\'')
-
-
-def main_compare(args: argparse.Namespace) -> int:
-    dtype = args.dtype or ("bfloat16" if args.device.startswith("cuda") else "float32")
-    budgets = tuple(float(b) for b in args.budgets.split(",") if b)
-    strategies = args.strategies.split(",") if args.strategies else None
-    rows = compare(preset=None if args.model else args.preset, model=args.model, device=args.device,
-                   dtype=dtype, steps=args.steps, warmup=args.warmup, budgets=budgets,
-                   strategies=strategies, blocks=args.blocks, out=args.out, timeout_s=args.timeout,
-                   offload_options=args.offload_options)
-    print(table(rows))
-    return 0 if any(r.status == "ok" for r in rows) else 1

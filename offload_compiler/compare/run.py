@@ -16,6 +16,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..config import budget_from_text, check_budget
 from ..reporting.records import Predictions
 
 STRATEGY_HELP = ("eager, inductor, full_ac, sac, budget:B, torch_offload, offload:auto, offload:B, "
@@ -23,6 +24,20 @@ STRATEGY_HELP = ("eager, inductor, full_ac, sac, budget:B, torch_offload, offloa
 #: Steps run after the warm-up until the offload backend's measurements and re-plans are over.
 SETTLE_STEPS = 12
 DTYPES = ("float32", "bfloat16", "float16")
+
+
+def fraction(text: str | float) -> float:
+    """A budget that must be a fraction (``--budgets``, ``budget:B``): a float in (0, 1],
+    under ``memory_budget``'s rules (``"1"`` or ``1`` refused: write ``1.0``)."""
+    try:
+        value = budget_from_text(text) if isinstance(text, str) else check_budget(text)
+    except ValueError:
+        value = None
+    if not isinstance(value, float):
+        raise ValueError(f"{text!r} is not a fraction: give a float in (0, 1] such as 0.5 or 1.0 "
+                         "(a whole number such as 1 is refused, as memory_budget refuses an int; "
+                         "bytes such as 12GiB go in an offload strategy: offload:12GiB)")
+    return value
 
 
 @dataclass
@@ -242,7 +257,7 @@ def _prepare(name: str, model, spec: dict[str, Any], row: Row):
         wrap_blocks(find_blocks(model, spec.get("blocks")), "full" if name == "full_ac" else "sac")
         return torch.compile(model), patches
     if name.startswith("budget:"):
-        patches["activation_memory_budget"] = float(name.split(":", 1)[1])
+        patches["activation_memory_budget"] = fraction(name.split(":", 1)[1])
         return torch.compile(model), patches
     if name == "torch_offload":
         import torch._functorch.config as fconfig
@@ -263,7 +278,7 @@ def _prepare(name: str, model, spec: dict[str, Any], row: Row):
         if name.startswith("offload-limit:"):
             options["memory_limit"] = value
         else:
-            options["memory_budget"] = "auto" if value == "auto" else float(value)
+            options["memory_budget"] = budget_from_text(value)
         if spec["device"].startswith("cpu"):
             options["min_offload_bytes"] = 0
         backend = offload_compiler.make_backend(options)

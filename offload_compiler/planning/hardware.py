@@ -24,6 +24,7 @@ from typing import Any, Mapping
 
 import torch
 
+from .._version import SCHEMA_VERSION
 from ..config import real_in_range
 
 log = logging.getLogger(__name__)
@@ -148,8 +149,10 @@ def _cuda_profile(device: torch.device) -> HardwareProfile:
     profile = None
     if path.exists():
         try:
-            profile = HardwareProfile(**json.loads(path.read_text()))
-        except (TypeError, ValueError):
+            fields = json.loads(path.read_text())
+            fields.pop("schema_version", None)
+            profile = HardwareProfile(**fields)
+        except (TypeError, ValueError, AttributeError):
             profile = None
     if profile is None:
         logging.getLogger("offload_compiler.progress").info("offload: calibrating %s (copies, matmuls, attention; once per GPU and torch "
@@ -157,7 +160,8 @@ def _cuda_profile(device: torch.device) -> HardwareProfile:
         profile = calibrate(device)
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(json.dumps(dataclasses.asdict(profile), indent=2))
+            path.write_text(json.dumps({"schema_version": SCHEMA_VERSION,
+                                        **dataclasses.asdict(profile)}, indent=2))
         except OSError as err:  # read-only home: keep it in memory
             log.debug("could not cache the hardware profile at %s: %s", path, err)
     _memo[name] = profile

@@ -23,7 +23,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from ..config import format_bytes
+from ..nbytes import nbytes_text
 
 #: Relative error of a prediction, against the measurement, that makes the backend plan again.
 TOLERANCE = 0.05
@@ -82,13 +82,13 @@ def disagreements(predicted: Any, measured: Any, corrections: Corrections,
         out.append(f"step {measured.step_ms:.2f} ms measured, {predicted.step_ms:.2f} ms predicted")
     if measured.step_peak_bytes:
         if abs(predicted.step_peak_bytes - measured.step_peak_bytes) > tolerance * measured.step_peak_bytes:
-            out.append(f"step peak {format_bytes(measured.step_peak_bytes)} measured, "
-                       f"{format_bytes(predicted.step_peak_bytes)} predicted")
+            out.append(f"step peak {nbytes_text(measured.step_peak_bytes)} measured, "
+                       f"{nbytes_text(predicted.step_peak_bytes)} predicted")
         if corrections.limit_bytes is not None and measured.held_before_bytes is not None:
             total = measured.held_before_bytes + measured.step_peak_bytes
             if total > corrections.limit_bytes:
-                out.append(f"{format_bytes(total)} at the peak (with {format_bytes(measured.held_before_bytes)} held "
-                           f"before the forward) is over memory_limit {format_bytes(corrections.limit_bytes)}")
+                out.append(f"{nbytes_text(total)} at the peak (with {nbytes_text(measured.held_before_bytes)} held "
+                           f"before the forward) is over memory_limit {nbytes_text(corrections.limit_bytes)}")
     return out
 
 

@@ -28,8 +28,9 @@ import torch.fx as fx
 
 from passes import Candidate
 
-from ..config import OffloadConfig, format_bytes
+from ..config import OffloadConfig
 from ..decision import RECOMPUTE
+from ..nbytes import nbytes_text
 from ..reporting.records import GraphPlan, Predictions
 from .budget import Budget
 from .costs import NodeCosts
@@ -198,8 +199,8 @@ def _plan_cost_model(joint_gm, start: Partition, num_fwd_outputs: int, config: O
     plan = decide_from_solution(best.candidates, solution, graph_id, best.earlier)
     final = _simulate(plan, best.facts, baseline, lanes, cost, corrections, solution.budget_bytes)
     if solution.budget_bytes is not None and final.peak_bytes > solution.budget_bytes:
-        plan.note = (f"budget of {solution.budget_bytes} bytes not reachable: best effort "
-                     f"predicts {final.peak_bytes} bytes")
+        plan.note = (f"budget of {nbytes_text(solution.budget_bytes)} not reachable: best effort "
+                     f"predicts {nbytes_text(final.peak_bytes)}")
     release_after = {name: best.facts.fw_nodes[i] for name, i in final.release_after.items()}
     issue_before = {name: best.facts.bw_nodes[k] for name, k in final.reload_before.items()}
     return PlannedGraph(best.fw_gm, best.bw_gm, plan, release_after, issue_before,
@@ -337,9 +338,9 @@ def _fit_limit(first: _Realised | None, realise, baseline: SimResult, joint_gm: 
     if peak(least) > available:
         raise MemoryLimitError(
             f"graph {graph_id}: memory_limit cannot be met: the least step peak any plan reaches "
-            f"is {format_bytes(peak(least))} above the {format_bytes(corrections.held_before_bytes)} held before the "
-            f"forward, and {format_bytes(available)} is available under the limit of "
-            f"{format_bytes(corrections.limit_bytes or 0)}: {format_bytes(peak(least) - available)} short. Raise "
+            f"is {nbytes_text(peak(least))} above the {nbytes_text(corrections.held_before_bytes)} held before the "
+            f"forward, and {nbytes_text(available)} is available under the limit of "
+            f"{nbytes_text(corrections.limit_bytes or 0)}: {nbytes_text(peak(least) - available)} short. Raise "
             "memory_limit, use a smaller batch, or shard the model.")
     best, lo, hi = least, least.final.peak_bytes, start.final.peak_bytes
     for probe in range(LIMIT_STEPS):

@@ -140,7 +140,7 @@ class Dumper:
         self._write("plan.json", tables.to_json(data))
         self._write("plan.txt", f"{self.label}: decisions\n" + tables.decision_table(plan) + "\n")
         self._write("summary.txt", self._titled(tables.summary_text(plan), plan.graph_id) + "\n")
-        self._write("config.json", tables.to_json(data["config"]))
+        self._write("config.json", tables.to_json(None if config is None else tables.config_dict(config)))
         self._write("timeline.json", timeline.trace_json(
             timeline.chrome_trace(plan, title=f"offload plan, {self.label}")))
         self._plot("memory.png", lambda: plots.memory_figure(plan, config=config),

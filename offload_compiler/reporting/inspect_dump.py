@@ -16,6 +16,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from .._version import SCHEMA_VERSION
+
 TEXT_FILES = ("summary.txt", "plan.txt")
 CODE_KINDS = ("forward", "backward", "joint")
 _FOLDER = re.compile(r"graph_(\d+)")
@@ -142,7 +144,8 @@ def write_timeline(folders: list[tuple[int, Path]], out: Path) -> int:
         _err("no timeline written: no dump folder has a readable timeline.json")
         return 0
     try:
-        out.write_text(json.dumps({"traceEvents": events, "displayTimeUnit": "ms"}), encoding="utf-8")
+        out.write_text(json.dumps({"schema_version": SCHEMA_VERSION, "traceEvents": events,
+                                   "displayTimeUnit": "ms"}), encoding="utf-8")
     except OSError as error:
         _err(f"cannot write the timeline to {out}: {error}")
         return 1

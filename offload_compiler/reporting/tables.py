@@ -14,6 +14,8 @@ from typing import Any
 
 from tabulate import tabulate
 
+from .._version import SCHEMA_VERSION
+from ..nbytes import ByteSize
 from .records import GraphPlan
 
 def decision_dicts(plan: GraphPlan) -> list[dict[str, Any]]:
@@ -31,6 +33,7 @@ def decision_dicts(plan: GraphPlan) -> list[dict[str, Any]]:
 
 def plan_dict(plan: GraphPlan, config: Any = None) -> dict[str, Any]:
     return {
+        "schema_version": SCHEMA_VERSION,
         "graph_id": plan.graph_id,
         "summary": plan.summary(),
         "note": plan.note,
@@ -41,7 +44,15 @@ def plan_dict(plan: GraphPlan, config: Any = None) -> dict[str, Any]:
     }
 
 
+def config_dict(config: Any) -> dict[str, Any]:
+    """``config.json``: the options as given (a byte budget as its text, ``"12GiB"``)."""
+    return {"schema_version": SCHEMA_VERSION,
+            **{k: _jsonable(v) for k, v in config.as_dict().items()}}
+
+
 def _jsonable(v: Any) -> Any:
+    if isinstance(v, ByteSize):
+        return str(v)
     if isinstance(v, tuple):
         return [_jsonable(x) for x in v]
     return v

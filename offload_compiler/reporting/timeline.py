@@ -24,6 +24,7 @@ import torch.fx as fx
 
 from passes.nodes import called_op, module_path, source_line, tensor_bytes
 
+from .._version import SCHEMA_VERSION
 from .records import GraphPlan
 
 LANES = ("compute", "d2h", "h2d")
@@ -146,7 +147,7 @@ def chrome_trace(plan: GraphPlan, *, title: str | None = None,
         events += _counter(pid, "activation budget", [(0.0, budget), (end, budget)])
     if measured_events or measured_memory:
         events += _measured(plan.graph_id, measured_events or [], measured_memory or [])
-    return {"traceEvents": events, "displayTimeUnit": "ms"}
+    return {"traceEvents": events, "displayTimeUnit": "ms", "schema_version": SCHEMA_VERSION}
 
 
 def trace_json(trace: dict[str, Any]) -> str:

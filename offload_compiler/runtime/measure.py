@@ -30,7 +30,7 @@ from typing import Any, Protocol
 
 import torch
 
-from ..config import format_bytes
+from ..nbytes import nbytes_text
 
 log = logging.getLogger(__name__)
 
@@ -109,7 +109,7 @@ class Recorder(Protocol):
             events.append({"lane": "compute", "name": "stall (waits for a copy)",
                            "start_ms": at(before, phase), "dur_ms": before.elapsed_time(after), "args": {}})
         for phase, direction, nbytes, start, end in self.copies:
-            events.append({"lane": direction, "name": f"{direction} {format_bytes(nbytes)}",
+            events.append({"lane": direction, "name": f"{direction} {nbytes_text(nbytes)}",
                            "start_ms": at(start, phase), "dur_ms": start.elapsed_time(end),
                            "args": {"nbytes": nbytes}})
         return events
@@ -176,7 +176,7 @@ class CudaRecorder:
             events.append({"lane": "compute", "name": "stall (waits for a copy)",
                            "start_ms": at(before, phase), "dur_ms": before.elapsed_time(after), "args": {}})
         for phase, direction, nbytes, start, end in self.copies:
-            events.append({"lane": direction, "name": f"{direction} {format_bytes(nbytes)}",
+            events.append({"lane": direction, "name": f"{direction} {nbytes_text(nbytes)}",
                            "start_ms": at(start, phase), "dur_ms": start.elapsed_time(end),
                            "args": {"nbytes": nbytes}})
         return events
@@ -275,7 +275,7 @@ def _peak_from_history(rec: CudaRecorder, out: Measured) -> None:
         else:
             live.pop(e["addr"], None)
     largest = sorted(live.values(), key=lambda e: -e["size"])[:HOLDERS]
-    out.holders = [f"{format_bytes(e['size'])} {_where(e.get('frames') or [])}" for e in largest]
+    out.holders = [f"{nbytes_text(e['size'])} {_where(e.get('frames') or [])}" for e in largest]
 
 
 def _where(frames: list[dict]) -> str:
