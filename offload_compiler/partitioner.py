@@ -26,6 +26,7 @@ from passes import (
     schedule_prefetches,
     schedule_releases,
 )
+from passes.insert_transfers import use_graph_slots
 
 from .config import OffloadConfig
 from .planning import Partition, PlannedGraph, plan_graph
@@ -47,16 +48,18 @@ class OffloadPartitioner(CustomPartitionerFn):
     ``cache_key`` (from the backend; ``None``: no plan cache) is where the plan is looked
     up before planning and stored after. ``called`` says whether Inductor called it: on a
     hit of Inductor's own cache it is not, and the backend reports the cached plan with
-    :meth:`report_cached`.
+    :meth:`report_cached`. ``graph_slots``: the graphs will run under CUDA graphs, so the
+    transfers take their token form (``passes.insert_transfers.use_graph_slots``).
     """
 
     def __init__(
         self, config: OffloadConfig, on_plan: Callable[[GraphPlan], None] | None = None,
-        cache_key: str | None = None,
+        cache_key: str | None = None, graph_slots: bool = False,
     ) -> None:
         self.config = config
         self.on_plan = on_plan
         self.cache_key = cache_key
+        self.graph_slots = graph_slots
         self.called = False
 
     def __call__(
@@ -123,6 +126,9 @@ class OffloadPartitioner(CustomPartitionerFn):
         annotate_streams(fw_gm, bw_gm)
         plan.fw_graph, plan.bw_graph = fw_gm, bw_gm
         dumper.stage("scheduled", fw_gm, bw_gm)
+        if self.graph_slots:
+            use_graph_slots(fw_gm, bw_gm)
+            dumper.stage("graph_slots", fw_gm, bw_gm)
         self._report(plan, dumper)
         return fw_gm, bw_gm, plan
 
@@ -162,7 +168,8 @@ class OffloadPartitioner(CustomPartitionerFn):
 
     def uuid(self) -> str:
         """Changes with the config and with the code of this package and of ``passes``."""
-        return f"offload-{cache.source_hash()}-{self.config.fingerprint()}"
+        slots = "-slots" if self.graph_slots else ""
+        return f"offload-{cache.source_hash()}-{self.config.fingerprint()}{slots}"
 
 
 def _partition(joint_gm: fx.GraphModule, joint_inputs, kwargs) -> tuple[fx.GraphModule, fx.GraphModule]:

@@ -32,14 +32,12 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from .run import DTYPES, STRATEGY_HELP, Row
+from .run import DTYPES, STRATEGY_HELP, Row, check_strategy
 
 def strategies_for(requested: list[str] | None, budgets: list[float]) -> list[str]:
     if requested:
         for s in requested:
-            base = s.split(":")[0]
-            if base not in ("eager", "inductor", "full_ac", "sac", "budget", "torch_offload", "offload"):
-                raise ValueError(f"unknown strategy {s!r}; valid strategies: {STRATEGY_HELP}")
+            check_strategy(s)
         return requested
     out = ["eager", "inductor", "full_ac", "sac"]
     out += [f"budget:{b}" for b in budgets]

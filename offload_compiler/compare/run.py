@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import math
 import statistics
 import time
 from dataclasses import dataclass, field
@@ -18,7 +19,29 @@ from typing import Any
 
 from ..reporting.records import Predictions
 
-STRATEGY_HELP = "eager, inductor, full_ac, sac, budget:B, torch_offload, offload:auto, offload:B"
+STRATEGY_HELP = ("eager, inductor, inductor-cudagraphs, full_ac, sac, budget:B, torch_offload, offload:auto, "
+                 "offload:B, offload-cudagraphs:auto, offload-cudagraphs:B")
+#: Names before the ``:`` (``budget:B``, ``offload:B``, ``offload-cudagraphs:B``).
+STRATEGY_BASES = ("eager", "inductor", "inductor-cudagraphs", "full_ac", "sac", "budget", "torch_offload",
+                  "offload", "offload-cudagraphs")
+#: Strategies run under CUDA graphs (``mode="reduce-overhead"``).
+CUDAGRAPH_STRATEGIES = ("inductor-cudagraphs", "offload-cudagraphs")
+
+
+def check_strategy(name: str) -> str:
+    """``name`` if it is a strategy (:data:`STRATEGY_HELP`), else a ``ValueError``."""
+    base, _, arg = name.partition(":")
+    if base not in STRATEGY_BASES or (base in ("budget", "offload", "offload-cudagraphs")) != bool(arg):
+        raise ValueError(f"unknown strategy {name!r}; valid strategies: {STRATEGY_HELP}")
+    if arg and not (base != "budget" and arg == "auto"):
+        try:
+            fraction = float(arg)
+        except ValueError:
+            fraction = math.nan
+        if not 0 < fraction <= 1:
+            raise ValueError(f"strategy {name!r}: the budget must be a fraction in (0, 1]"
+                             + ("" if base == "budget" else " or auto"))
+    return name
 DTYPES = ("float32", "bfloat16", "float16")
 
 
@@ -158,33 +181,48 @@ def run_strategy(spec: dict[str, Any]) -> Row:
         if device.type == "cuda":
             torch.cuda.synchronize()
 
+    # Replays of CUDA graphs allocate nothing: their memory shows on the steps that
+    # warm up and record (Inductor's trees record on the second call), so under CUDA
+    # graphs every step after the first is measured.
+    cudagraphs = spec["strategy"].partition(":")[0] in CUDAGRAPH_STRATEGIES
+    times, act, peaks, held = [], [], [], []
+
+    def measured(timed: bool) -> None:
+        sync()
+        if device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(device)
+            before = torch.cuda.memory_allocated(device)
+        t0 = time.perf_counter()
+        step(record=True)
+        sync()
+        if timed:
+            times.append((time.perf_counter() - t0) * 1e3)
+        if device.type == "cuda":
+            peaks.append(torch.cuda.max_memory_allocated(device))
+            act.append(peaks[-1] - before)
+            held.append(after_forward[-1] - before)
+        model.zero_grad(set_to_none=True)
+
     with patched(patches):
         t0 = time.perf_counter()
         loss = step()
         sync()
         row.compile_s = time.perf_counter() - t0
         row.loss = float(loss)
+        del loss  # under CUDA graphs, an output kept would pin the first step's memory
         grads = [p.grad.float().norm() for p in model.parameters() if p.grad is not None]
         row.grad_norm = float(torch.stack(grads).norm()) if grads else 0.0
         model.zero_grad(set_to_none=True)
         for _ in range(spec["warmup"]):
-            step()
-            model.zero_grad(set_to_none=True)
-        times, act, peaks, held = [], [], [], []
+            if cudagraphs:
+                measured(timed=False)
+            else:
+                step()
+                model.zero_grad(set_to_none=True)
         for _ in range(spec["steps"]):
-            sync()
-            if device.type == "cuda":
-                torch.cuda.reset_peak_memory_stats(device)
-                before = torch.cuda.memory_allocated(device)
-            t0 = time.perf_counter()
-            step(record=True)
-            sync()
-            times.append((time.perf_counter() - t0) * 1e3)
-            if device.type == "cuda":
-                peaks.append(torch.cuda.max_memory_allocated(device))
-                act.append(peaks[-1] - before)
-                held.append(after_forward[-1] - before)
-            model.zero_grad(set_to_none=True)
+            measured(timed=True)
+    if cudagraphs:
+        row.note = "memory measured on the steps that warm up and record the CUDA graphs"
     row.step_ms = statistics.median(times)
     row.tokens_per_s = tokens / (row.step_ms / 1e3)
     if peaks:
@@ -215,6 +253,8 @@ def _prepare(name: str, model, spec: dict[str, Any], row: Row):
         return model, patches
     if name == "inductor":
         return torch.compile(model), patches
+    if name == "inductor-cudagraphs":
+        return torch.compile(model, mode="reduce-overhead"), patches
     if name in ("full_ac", "sac"):
         wrap_blocks(find_blocks(model, spec.get("blocks")), "full" if name == "full_ac" else "sac")
         return torch.compile(model), patches
@@ -232,16 +272,18 @@ def _prepare(name: str, model, spec: dict[str, Any], row: Row):
         row.note = "SAC with matmul and attention outputs tagged MUST_CPU_OFFLOAD"
         wrap_blocks(find_blocks(model, spec.get("blocks")), "offload")
         return torch.compile(model), patches
-    if name.startswith("offload:"):
+    if name.startswith(("offload:", "offload-cudagraphs:")):
         import offload_compiler
 
-        budget = name.split(":", 1)[1]
+        check_strategy(name)
+        base, budget = name.split(":", 1)
         options = {**spec.get("offload_options", {}),
                    "memory_budget": "auto" if budget == "auto" else float(budget),
                    "devices": (spec["device"].split(":")[0],)}
         if spec["device"].startswith("cpu"):
             options["min_offload_bytes"] = 0
-        backend = offload_compiler.make_backend(options)
+        mode = "reduce-overhead" if base == "offload-cudagraphs" else None
+        backend = offload_compiler.make_backend(options, mode=mode)
         compiled = torch.compile(model, backend=backend)
         compiled._offload_backend = backend
         return compiled, patches
