@@ -112,8 +112,7 @@ class OffloadBackend:
         with dynamic sizes, at ``planned_at`` (size symbol to value); ``patches`` are the
         mode's Inductor options."""
         patches = dict(patches or {})
-        slots = (bool(patches.get("triton.cudagraphs")) and config.policy != "none"
-                 and not patches.get("triton.cudagraph_skip_dynamic_graphs"))
+        slots = _records(patches) and config.policy != "none"
         partitioner = OffloadPartitioner(config, on_plan=self.plans.append,
                                          cache_key=cache.key_for(gm, example_inputs, config, planned_at),
                                          graph_slots=slots)
@@ -136,7 +135,7 @@ class OffloadBackend:
 
             return _uses_pool(config, compile_fx(
                 gm, example_inputs, config_patches={**patches, "custom_partitioner_fn": partitioner}
-            ), example_inputs, fixed_buffers=bool(patches.get("triton.cudagraphs")))
+            ), example_inputs, fixed_buffers=_records(patches))
         from functorch.compile import make_boxed_func
         from torch._dynamo.backends.common import aot_autograd
 
@@ -168,6 +167,11 @@ def _uses_pool(config: OffloadConfig, compiled: Callable[..., Any], example_inpu
     return compiled
 
 
+def _records(patches: Mapping[str, Any]) -> bool:
+    """Whether Inductor may record the graphs compiled with ``patches``."""
+    return bool(patches.get("triton.cudagraphs")) and not patches.get("triton.cudagraph_skip_dynamic_graphs")
+
+
 def _cudagraph_patches(gm: fx.GraphModule, example_inputs: Sequence[Any], config: OffloadConfig,
                        patches: dict[str, Any]) -> dict[str, Any]:
     """``patches`` with CUDA graphs turned off where offloading cannot run under them,
@@ -179,15 +183,17 @@ def _cudagraph_patches(gm: fx.GraphModule, example_inputs: Sequence[Any], config
     from torch._inductor import config as inductor_config
     from torch._inductor.utils import any_is_symbolic
 
+    from passes.nodes import source_line
+
+    where = next((w for w in map(source_line, gm.graph.nodes) if w), f"{len(gm.graph.nodes)} nodes")
     if not inductor_config.triton.cudagraph_trees:
-        log.warning("offload: graph of %d nodes runs without CUDA graphs: offloading under CUDA graphs "
+        log.warning("offload: the graph from %s runs without CUDA graphs: offloading under CUDA graphs "
                     "needs Inductor's CUDA graph trees (torch._inductor.config.triton.cudagraph_trees)",
-                    len(gm.graph.nodes))
+                    where)
         return {**patches, "triton.cudagraphs": False}
     if any_is_symbolic(*example_inputs):
-        log.warning("offload: graph of %d nodes has dynamic sizes and runs without CUDA graphs (one "
-                    "recording per size would each hold the offloaded activations' host buffers)",
-                    len(gm.graph.nodes))
+        log.warning("offload: the graph from %s has dynamic sizes and runs without CUDA graphs (a "
+                    "recording per size would each hold the offloaded activations' host buffers)", where)
         return {**patches, "triton.cudagraph_skip_dynamic_graphs": True}
     return patches
 
