@@ -3,6 +3,14 @@
 ``torch.compile(model, backend="offload", options={...})`` calls :func:`offload_backend`
 with Dynamo's FX graph; :func:`make_backend` builds the same from an
 :class:`~offload_compiler.config.OffloadConfig` and keeps the plans it made.
+
+``mode=`` is taken as Inductor takes it (:data:`VALID_MODES`; the mode's Inductor
+options, ``torch._inductor.list_mode_options(mode)``, are patched into the compile).
+``torch.compile`` refuses ``mode`` and ``options`` together, so ``options={"mode": ...}``
+and ``make_backend(..., mode=...)`` say it too. Under a mode with CUDA graphs the
+transfers take their token form (``runtime/graph_slots.py``); a graph with dynamic sizes
+runs without CUDA graphs (one warning), as does every graph when Inductor's CUDA graph
+trees are turned off.
 """
 
 from __future__ import annotations
@@ -25,14 +33,54 @@ from .runtime.pool import host_pool
 
 log = logging.getLogger("offload_compiler")
 
-VALID_MODES = (None, "default")
+#: ``mode=`` values accepted, as Inductor accepts them (``None`` is ``"default"``).
+VALID_MODES = (None, "default", "reduce-overhead", "max-autotune-no-cudagraphs", "max-autotune")
+
+
+def mode_options(mode: str | None) -> dict[str, Any]:
+    """Inductor's config patches for ``mode`` (``torch._inductor.list_mode_options``);
+    a ``ValueError`` naming the valid modes for any other."""
+    if mode not in VALID_MODES:
+        raise ValueError(f"mode={mode!r} is not supported by the offload backend; valid modes are "
+                         f"{VALID_MODES}")
+    if mode in (None, "default"):
+        return {}
+    from torch._inductor import list_mode_options
+
+    return dict(list_mode_options(mode))
+
+
+def uses_cudagraphs(mode: str | None) -> bool:
+    """Whether ``mode`` turns on Inductor's CUDA graphs."""
+    return bool(mode_options(mode).get("triton.cudagraphs"))
+
+
+def _check_mode(mode: str | None, config: OffloadConfig) -> None:
+    if uses_cudagraphs(mode) and config.inner_compiler == "eager":
+        raise ValueError(
+            f"mode={mode!r} runs the graphs under CUDA graphs, which Inductor records; with "
+            "inner_compiler='eager' nothing records them. Use inner_compiler='inductor' with this "
+            f"mode, or a mode without CUDA graphs: {(None, 'default', 'max-autotune-no-cudagraphs')}")
+
+
+def _split_mode(options: Mapping[str, Any] | None, mode: str | None) -> tuple[Mapping[str, Any] | None, str | None]:
+    """``options`` without a ``"mode"`` key, and the mode given there or as ``mode``."""
+    if not options or "mode" not in options:
+        return options, mode
+    rest = {k: v for k, v in options.items() if k != "mode"}
+    if mode is not None and options["mode"] != mode:
+        raise ValueError(f"mode={mode!r} and options['mode']={options['mode']!r} disagree; give one")
+    return rest, options["mode"]
 
 
 class OffloadBackend:
     """A ``torch.compile`` backend; ``plans`` lists what it decided, one per graph."""
 
-    def __init__(self, config: OffloadConfig | None = None) -> None:
+    def __init__(self, config: OffloadConfig | None = None, *, mode: str | None = None) -> None:
         self.config = config if config is not None else OffloadConfig()
+        _check_mode(mode, self.config)
+        self.mode = mode
+        """The mode used when ``torch.compile`` passes none."""
         self.plans: list[GraphPlan] = []
         self._measured: weakref.WeakSet[MeasuredGraph] = weakref.WeakSet()
 
@@ -56,18 +104,18 @@ class OffloadBackend:
         options: Mapping[str, Any] | None = None,
         mode: str | None = None,
     ) -> Callable[..., Any]:
-        if mode not in VALID_MODES:
-            raise ValueError(
-                f"mode={mode!r} is not supported by the offload backend; valid modes are "
-                f"{VALID_MODES} (pass options=... instead)"
-            )
+        options, mode = _split_mode(options, mode)
+        mode = self.mode if mode is None else mode
+        patches = mode_options(mode)
         config = self.config if options is None else OffloadConfig.from_options(options)
         _warn_if_nothing_offloadable(gm, example_inputs, config)
+        _check_mode(mode, config)
+        patches = _cudagraph_patches(gm, example_inputs, config, patches)
         per_size = sizes.PlanPerSize.for_graph(
             gm, example_inputs, config.policy,
-            lambda graph, inputs, values: self._compile(graph, inputs, config, values))
+            lambda graph, inputs, values: self._compile(graph, inputs, config, values, patches))
         if per_size is None:  # static sizes: one plan, as always
-            return self._compile(gm, example_inputs, config)
+            return self._compile(gm, example_inputs, config, None, patches)
         return per_size  # dynamic sizes: a plan per range of sizes (planning/sizes.py)
 
     def _compile(
@@ -76,19 +124,24 @@ class OffloadBackend:
         example_inputs: Sequence[Any],
         config: OffloadConfig,
         planned_at: Mapping[Any, int] | None = None,
+        patches: Mapping[str, Any] | None = None,
     ) -> Callable[..., Any]:
         """The inner compiler's callable for ``gm``, planned at the hints or, for a graph
-        with dynamic sizes, at ``planned_at`` (size symbol to value); for a static graph
-        on a device the backend measures, wrapped to measure its first calls and plan
-        again from the measurement (``replanning.py``)."""
+        with dynamic sizes, at ``planned_at`` (size symbol to value); ``patches`` are the
+        mode's Inductor options. For a static graph on a device the backend measures, and
+        not recorded as a CUDA graph, wrapped to measure its first calls and plan again from
+        the measurement (``replanning.py``)."""
+        patches = dict(patches or {})
+        slots = _records(patches) and config.policy != "none"
         device = _offload_device(example_inputs, config)
         corrections = limits.initial(config, device)
-        compiled, plan = self._compile_planned(gm, example_inputs, config, planned_at, corrections)
-        if not config.replan or config.policy == "none" or device is None:
+        compiled, plan = self._compile_planned(gm, example_inputs, config, planned_at, corrections,
+                                               patches, slots)
+        if not config.replan or config.policy == "none" or device is None or slots:
             return compiled
 
         def recompile(new: Corrections, args: list) -> tuple[Callable[..., Any], GraphPlan | None]:
-            return self._compile_planned(gm, args, config, planned_at, new)
+            return self._compile_planned(gm, args, config, planned_at, new, patches, slots)
 
         replans = planned_at is None and config.policy == "cost_model"  # "all": measured only
         measured = MeasuredGraph(compiled, plan, device, corrections, recompile if replans else None)
@@ -96,12 +149,14 @@ class OffloadBackend:
         return measured
 
     def _compile_planned(self, gm, example_inputs, config: OffloadConfig, planned_at,
-                         corrections: Corrections) -> tuple[Callable[..., Any], GraphPlan | None]:
+                         corrections: Corrections, patches: dict[str, Any],
+                         slots: bool) -> tuple[Callable[..., Any], GraphPlan | None]:
         made = _Collect(self.plans)
         partitioner = OffloadPartitioner(
-            config, on_plan=made, corrections=corrections,
+            config, on_plan=made, corrections=corrections, graph_slots=slots,
             cache_key=cache.key_for(gm, example_inputs, config, planned_at, corrections))
-        compiled = self._inner_compile(gm, example_inputs, config, sizes.at_sizes(partitioner, planned_at))
+        compiled = self._inner_compile(gm, example_inputs, config,
+                                       sizes.at_sizes(partitioner, planned_at), patches)
         if not partitioner.called and torch.is_grad_enabled():
             # No partition: Inductor's (or AOTAutograd's) cache held the graphs, or no
             # backward is needed (then the plan cache has no entry for this key either).
@@ -110,7 +165,7 @@ class OffloadBackend:
 
 
     @staticmethod
-    def _inner_compile(gm, example_inputs, config: OffloadConfig, partitioner):
+    def _inner_compile(gm, example_inputs, config: OffloadConfig, partitioner, patches):
         if config.inner_compiler == "inductor":
             from torch._inductor.compile_fx import compile_fx
 
@@ -119,8 +174,8 @@ class OffloadBackend:
             lowering.install()
 
             return _uses_pool(config, compile_fx(
-                gm, example_inputs, config_patches={"custom_partitioner_fn": partitioner}
-            ), example_inputs)
+                gm, example_inputs, config_patches={**patches, "custom_partitioner_fn": partitioner}
+            ), example_inputs, fixed_buffers=_records(patches))
         from functorch.compile import make_boxed_func
         from torch._dynamo.backends.common import aot_autograd
 
@@ -142,17 +197,19 @@ def _offload_device(example_inputs: Sequence[Any], config: OffloadConfig) -> tor
                  and x.is_floating_point() and x.device.type in config.devices), None)
 
 
-def _uses_pool(config: OffloadConfig, compiled: Callable[..., Any], example_inputs: Sequence[Any]) -> Callable[..., Any]:
+def _uses_pool(config: OffloadConfig, compiled: Callable[..., Any], example_inputs: Sequence[Any],
+               fixed_buffers: bool = False) -> Callable[..., Any]:
     """Tell the host pool that ``compiled`` may use it while it and the model's
     parameters it takes are alive; after that the pool gives its idle memory back
     (``runtime/pool.py``). Registered is the function Dynamo keeps (it unwraps
-    ``disable`` wrappers, ``innermost_fn``, and drops the one it was given)."""
+    ``disable`` wrappers, ``innermost_fn``, and drops the one it was given).
+    ``fixed_buffers``: compiled for CUDA graphs."""
     if config.policy == "none":
         return compiled
     from torch._dynamo.eval_frame import innermost_fn
 
     params = [x for x in example_inputs if isinstance(x, torch.nn.Parameter)]
-    host_pool().register_graph(innermost_fn(compiled), owners=params)
+    host_pool().register_graph(innermost_fn(compiled), owners=params, fixed_buffers=fixed_buffers)
     return compiled
 
 
@@ -204,16 +261,50 @@ class InvalidOptions(*((_ShortenTraceback,) if _ShortenTraceback else ()), Value
             super().__init__(message, first_useful_frame=frame)
 
 
-def make_backend(config: OffloadConfig | Mapping[str, Any] | None = None, **options: Any) -> OffloadBackend:
+def _records(patches: Mapping[str, Any]) -> bool:
+    """Whether Inductor may record the graphs compiled with ``patches``."""
+    return bool(patches.get("triton.cudagraphs")) and not patches.get("triton.cudagraph_skip_dynamic_graphs")
+
+
+def _cudagraph_patches(gm: fx.GraphModule, example_inputs: Sequence[Any], config: OffloadConfig,
+                       patches: dict[str, Any]) -> dict[str, Any]:
+    """``patches`` with CUDA graphs turned off where offloading cannot run under them,
+    saying so once per graph: Inductor's CUDA graph trees turned off (the token transfers
+    rely on their rules), or dynamic sizes (Inductor would record a graph per size, each
+    holding host buffers for good; Inductor's own ``cudagraph_skip_dynamic_graphs``)."""
+    if not patches.get("triton.cudagraphs") or config.policy == "none":
+        return patches
+    from torch._inductor import config as inductor_config
+    from torch._inductor.utils import any_is_symbolic
+
+    from passes.nodes import source_line
+
+    where = next((w for w in map(source_line, gm.graph.nodes) if w), f"{len(gm.graph.nodes)} nodes")
+    if not inductor_config.triton.cudagraph_trees:
+        log.warning("offload: the graph from %s runs without CUDA graphs: offloading under CUDA graphs "
+                    "needs Inductor's CUDA graph trees (torch._inductor.config.triton.cudagraph_trees)",
+                    where)
+        return {**patches, "triton.cudagraphs": False}
+    if any_is_symbolic(*example_inputs):
+        log.warning("offload: the graph from %s has dynamic sizes and runs without CUDA graphs (a "
+                    "recording per size would each hold the offloaded activations' host buffers)", where)
+        return {**patches, "triton.cudagraph_skip_dynamic_graphs": True}
+    return patches
+
+
+def make_backend(config: OffloadConfig | Mapping[str, Any] | None = None, *, mode: str | None = None,
+                 **options: Any) -> OffloadBackend:
     """A backend for ``torch.compile(model, backend=make_backend(...))``.
 
-    Takes an :class:`OffloadConfig`, a dict of options, or options as keywords.
+    Takes an :class:`OffloadConfig`, a dict of options, or options as keywords, and a
+    ``mode`` (:data:`VALID_MODES`) used when ``torch.compile`` passes none.
     """
     if config is not None and options:
         raise ValueError("give either a config or keyword options, not both")
     if isinstance(config, OffloadConfig):
-        return OffloadBackend(config)
-    return OffloadBackend(OffloadConfig.from_options(config if config is not None else options))
+        return OffloadBackend(config, mode=mode)
+    options, mode = _split_mode(config if config is not None else options, mode)
+    return OffloadBackend(OffloadConfig.from_options(options), mode=mode)
 
 
 def offload_backend(
@@ -230,11 +321,12 @@ def offload_backend(
     (``torch.compile`` itself keeps ``options`` without looking at them; build the
     backend with :func:`make_backend` to have them checked at once)."""
     try:
+        options, mode = _split_mode(options, mode)
         config = OffloadConfig.from_options(options)
+        backend = OffloadBackend(config, mode=mode)
     except ValueError as error:
         raise InvalidOptions(f"backend=\"offload\", options: {error}", inspect.currentframe()) from None
-    backend = OffloadBackend(config)
-    return backend(gm, example_inputs, mode=mode)
+    return backend(gm, example_inputs)
 
 
 def register() -> None:

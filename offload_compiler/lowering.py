@@ -12,7 +12,8 @@ attention backward read a reloaded tensor (``benchmarks/RESULTS.md``, session 6)
 
 The mark is wrong for this op: ``h2d`` always returns a fresh allocation of its own
 (``torch.empty_strided`` on the device, offset 0). :func:`install` wraps the op's
-fallback lowering so that its result is not marked.
+fallback lowering so that its result is not marked; the same for its token form
+``h2d.slot`` (``runtime/graph_slots.py``), whose result is as fresh.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from .runtime import ops
+from .runtime import graph_slots, ops
 
 log = logging.getLogger("offload_compiler")
 
@@ -28,9 +29,9 @@ _MARK = "_offload_aligned_result"
 
 
 def install() -> bool:
-    """Lower ``offload::h2d`` as Inductor's fallback would, its result not marked
-    unaligned. Idempotent; ``False`` (and a debug log) if this torch has no such hook,
-    in which case Inductor's own implicit fallback stays in place."""
+    """Lower ``offload::h2d`` and ``offload::h2d.slot`` as Inductor's fallback would, their
+    results not marked unaligned. Idempotent; ``False`` (and a debug log) if this torch
+    has no such hook, in which case Inductor's own implicit fallback stays in place."""
     try:
         from torch._inductor import lowering as L
         from torch._inductor.virtualized import V
@@ -38,14 +39,20 @@ def install() -> bool:
     except ImportError as err:  # pragma: no cover - torch without these internals
         log.debug("offload: reload lowering not installed (%s)", err)
         return False
-    current = L.lowerings.get(ops.H2D)
+    for op in (ops.H2D, graph_slots.H2D):
+        _install(op, L, V, get_layout_constraint_tag)
+    return True
+
+
+def _install(op, L, V, get_layout_constraint_tag) -> None:
+    current = L.lowerings.get(op)
     if getattr(current, _MARK, False):
-        return True
+        return
     if current is None:
         # What Inductor's implicit fallback for a custom op does (GraphLowering.call_function).
-        constraint = L.tag_to_layout_constraint(get_layout_constraint_tag(ops.H2D, with_default=True))
-        L.make_fallback(ops.H2D, layout_constraint=constraint, warn=False)
-        current = L.lowerings[ops.H2D]
+        constraint = L.tag_to_layout_constraint(get_layout_constraint_tag(op, with_default=True))
+        L.make_fallback(op, layout_constraint=constraint, warn=False)
+        current = L.lowerings[op]
 
     def lower_h2d(*args: Any, **kwargs: Any):
         result = current(*args, **kwargs)
@@ -53,5 +60,4 @@ def install() -> bool:
         return result
 
     setattr(lower_h2d, _MARK, True)
-    L.lowerings[ops.H2D] = lower_h2d
-    return True
+    L.lowerings[op] = lower_h2d

@@ -27,6 +27,7 @@ from passes import (
     schedule_prefetches,
     schedule_releases,
 )
+from passes.insert_transfers import use_graph_slots
 
 from .config import OffloadConfig
 from .planning import Partition, PlannedGraph, plan_graph
@@ -50,12 +51,14 @@ class OffloadPartitioner(CustomPartitionerFn):
     ``cache_key`` (from the backend; ``None``: no plan cache) is where the plan is looked
     up before planning and stored after. ``called`` says whether Inductor called it: on a
     hit of Inductor's own cache it is not, and the backend reports the cached plan with
-    :meth:`report_cached`.
+    :meth:`report_cached`. ``graph_slots``: the graphs will run under CUDA graphs, so the
+    transfers take their token form (``passes.insert_transfers.use_graph_slots``).
     """
 
     def __init__(
         self, config: OffloadConfig, on_plan: Callable[[GraphPlan], None] | None = None,
         cache_key: str | None = None, corrections: Corrections = Corrections(),
+        graph_slots: bool = False,
     ) -> None:
         self.config = config
         self.on_plan = on_plan
@@ -63,6 +66,7 @@ class OffloadPartitioner(CustomPartitionerFn):
         self.corrections = corrections
         """Inputs measured on an earlier plan of this graph, and the bytes ``memory_limit``
         leaves the step (``planning/replan.py``)."""
+        self.graph_slots = graph_slots
         self.called = False
 
     def __call__(
@@ -129,6 +133,9 @@ class OffloadPartitioner(CustomPartitionerFn):
         annotate_streams(fw_gm, bw_gm)
         plan.fw_graph, plan.bw_graph = fw_gm, bw_gm
         dumper.stage("scheduled", fw_gm, bw_gm)
+        if self.graph_slots:
+            use_graph_slots(fw_gm, bw_gm)
+            dumper.stage("graph_slots", fw_gm, bw_gm)
         self._report(plan, dumper)
         return fw_gm, bw_gm, plan
 
@@ -170,7 +177,8 @@ class OffloadPartitioner(CustomPartitionerFn):
     def uuid(self) -> str:
         """Changes with the config and with the code of this package and of ``passes``."""
         corrections = hashlib.sha256(self.corrections.key().encode()).hexdigest()[:16]
-        return f"offload-{cache.source_hash()}-{self.config.fingerprint()}-{corrections}"
+        slots = "-slots" if self.graph_slots else ""
+        return f"offload-{cache.source_hash()}-{self.config.fingerprint()}-{corrections}{slots}"
 
 
 def _partition(joint_gm: fx.GraphModule, joint_inputs, kwargs) -> tuple[fx.GraphModule, fx.GraphModule]:

@@ -19,6 +19,11 @@ Backward, where the placeholder ``x`` now receives the host tensor:
 
 Every new node gets ``meta["val"]`` from the op's fake implementation and a
 ``meta["offload"]`` :class:`~passes.transfer_meta.TransferMeta`.
+
+:func:`use_graph_slots` (after scheduling, for graphs run under CUDA graphs) turns the
+transfers into their token form (``torch.ops.offload.<op>.slot``): the forward returns a
+one-byte token on the device in each host copy's place, so neither graph has a CPU
+tensor among its inputs or outputs, and the reload reads the host buffer through it.
 """
 
 from __future__ import annotations
@@ -28,9 +33,12 @@ from dataclasses import dataclass
 import torch
 import torch.fx as fx
 
-from .nodes import alias_closure, is_dense, transfer_op
+from .nodes import alias_closure, is_dense, module_path, source_line, transfer_op
 from .placement import copy_point, release_point, wait_point
-from .transfer_meta import META_KEY, TransferMeta
+from .transfer_meta import META_KEY, TransferMeta, transfer_meta, transfer_nodes
+
+#: Overload of the transfer ops that passes a token instead of a host tensor.
+SLOT_OVERLOAD = "slot"
 
 
 @dataclass(frozen=True)
@@ -109,6 +117,55 @@ def insert_transfers(
             )
 
     fw_out.args = (tuple(new_outputs),) + tuple(fw_out.args[1:])
+    for gm in (fw_gm, bw_gm):
+        gm.graph.lint()
+        gm.recompile()
+
+
+def slot_op(name: str):
+    """``torch.ops.offload.<name>.slot`` (``"d2h"``, ``"release"``, ``"h2d"``)."""
+    return getattr(transfer_op(name).overloadpacket, SLOT_OVERLOAD)
+
+
+def _label(node: fx.Node) -> str:
+    """The offloaded value in the user's terms, for runtime messages."""
+    where = source_line(node)
+    return f"{module_path(node) or node.name}" + (f" at {where}" if where else "")
+
+
+def use_graph_slots(fw_gm: fx.GraphModule, bw_gm: fx.GraphModule) -> None:
+    """Turn the transfers of ``fw_gm`` and ``bw_gm`` (inserted and scheduled) into their
+    token form, in place; node names, order and ``meta["offload"]`` stay:
+
+    - ``d2h(x, dense)`` becomes ``d2h.slot(x, dense, slot, label)``, returning the token
+      that the forward saves for backward in the host copy's place;
+    - ``release(x, host, anchor)`` becomes ``release.slot(x, token, anchor)``;
+    - the backward placeholder receives the token, and ``h2d(token, anchor, device,
+      stride)`` becomes ``h2d.slot(token, anchor, device, size, stride, dtype,
+      keep_strides, slot, label)`` (the value's size, strides and dtype are constants);
+    - ``wait`` stays.
+
+    ``slot`` is the transfer id; ``label`` names the value's module and source line."""
+    labels = {}
+    for node in transfer_nodes(fw_gm.graph):
+        meta = transfer_meta(node)
+        if meta.kind == "d2h":
+            x, dense = node.args
+            labels[meta.transfer_id] = _label(x)
+            node.target = slot_op("d2h")
+            node.args = (x, dense, meta.transfer_id, labels[meta.transfer_id])
+            node.meta["val"] = _fake(node.target, *node.args)
+        elif meta.kind == "release":
+            node.target = slot_op("release")
+    tokens = {transfer_meta(n).transfer_id: n for n in transfer_nodes(fw_gm.graph, "d2h")}
+    for node in transfer_nodes(bw_gm.graph, "h2d"):
+        meta = transfer_meta(node)
+        token, anchor, device, stride = node.args
+        val = node.meta["val"]
+        token.meta["val"] = tokens[meta.transfer_id].meta["val"]
+        node.target = slot_op("h2d")
+        node.args = (token, anchor, device, list(val.shape), list(val.stride()), val.dtype,
+                     stride is None, meta.transfer_id, labels[meta.transfer_id])
     for gm in (fw_gm, bw_gm):
         gm.graph.lint()
         gm.recompile()

@@ -41,7 +41,7 @@ from .run import DTYPES, STRATEGY_HELP, Row, fraction
 log = logging.getLogger(__name__)
 
 #: Strategies without an argument; ``budget:B`` and ``offload:B`` take one.
-PLAIN_STRATEGIES = ("eager", "inductor", "full_ac", "sac", "torch_offload")
+PLAIN_STRATEGIES = ("eager", "inductor", "inductor-cudagraphs", "full_ac", "sac", "torch_offload")
 
 
 def check_strategy(name: str) -> str:
@@ -52,7 +52,7 @@ def check_strategy(name: str) -> str:
     try:
         if base in PLAIN_STRATEGIES and not sep:
             return name
-        if base == "offload" and sep:
+        if base in ("offload", "offload-cudagraphs") and sep:
             budget_from_text(arg)
             return name
         if base == "budget" and sep:

@@ -19,8 +19,12 @@ from typing import Any
 from ..config import budget_from_text, check_budget
 from ..reporting.records import Predictions
 
-STRATEGY_HELP = ("eager, inductor, full_ac, sac, budget:B, torch_offload, offload:auto, offload:B, "
-                 "offload-limit:L (L: bytes with a unit, e.g. 20GiB, or device)")
+STRATEGY_HELP = ("eager, inductor, inductor-cudagraphs, full_ac, sac, budget:B, torch_offload, "
+                 "offload:auto, offload:B, offload-cudagraphs:auto, offload-cudagraphs:B, "
+                 "offload-limit:L (B: a fraction in (0, 1] or bytes with a unit; L: bytes with a "
+                 "unit, e.g. 20GiB, or device)")
+#: Strategies run under CUDA graphs (``mode="reduce-overhead"``).
+CUDAGRAPH_STRATEGIES = ("inductor-cudagraphs", "offload-cudagraphs")
 #: Steps run after the warm-up until the offload backend's measurements and re-plans are over.
 SETTLE_STEPS = 12
 DTYPES = ("float32", "bfloat16", "float16")
@@ -176,20 +180,46 @@ def run_strategy(spec: dict[str, Any]) -> Row:
         if device.type == "cuda":
             torch.cuda.synchronize()
 
+    # Replays of CUDA graphs allocate nothing: their memory shows on the steps that
+    # warm up and record (Inductor's trees record on the second call), so under CUDA
+    # graphs every step after the first is measured.
+    cudagraphs = spec["strategy"].partition(":")[0] in CUDAGRAPH_STRATEGIES
+    times, act, peaks, held = [], [], [], []
+
+    def measured(timed: bool) -> None:
+        sync()
+        if device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(device)
+            before = torch.cuda.memory_allocated(device)
+        t0 = time.perf_counter()
+        step(record=True)
+        sync()
+        if timed:
+            times.append((time.perf_counter() - t0) * 1e3)
+        if device.type == "cuda":
+            peaks.append(torch.cuda.max_memory_allocated(device))
+            act.append(peaks[-1] - before)
+            held.append(after_forward[-1] - before)
+        model.zero_grad(set_to_none=True)
+
     with patched(patches):
         t0 = time.perf_counter()
         loss = step()
         sync()
         row.compile_s = time.perf_counter() - t0
         row.loss = float(loss)
+        del loss  # under CUDA graphs, an output kept would pin the first step's memory
         grads = [p.grad.float().norm() for p in model.parameters() if p.grad is not None]
         row.grad_norm = float(torch.stack(grads).norm()) if grads else 0.0
         model.zero_grad(set_to_none=True)
         backend = getattr(compiled, "_offload_backend", None)
         t0 = time.perf_counter()
         for _ in range(spec["warmup"]):
-            step()
-            model.zero_grad(set_to_none=True)
+            if cudagraphs:
+                measured(timed=False)
+            else:
+                step()
+                model.zero_grad(set_to_none=True)
         settling = 0  # steps until the backend's measurements (and any re-plan) are over
         while backend is not None and not backend.settled and settling < SETTLE_STEPS:
             step()
@@ -198,21 +228,10 @@ def run_strategy(spec: dict[str, Any]) -> Row:
         sync()
         row.extra["warmup_s"] = time.perf_counter() - t0
         row.extra["settle_steps"] = settling
-        times, act, peaks, held = [], [], [], []
         for _ in range(spec["steps"]):
-            sync()
-            if device.type == "cuda":
-                torch.cuda.reset_peak_memory_stats(device)
-                before = torch.cuda.memory_allocated(device)
-            t0 = time.perf_counter()
-            step(record=True)
-            sync()
-            times.append((time.perf_counter() - t0) * 1e3)
-            if device.type == "cuda":
-                peaks.append(torch.cuda.max_memory_allocated(device))
-                act.append(peaks[-1] - before)
-                held.append(after_forward[-1] - before)
-            model.zero_grad(set_to_none=True)
+            measured(timed=True)
+    if cudagraphs:
+        row.note = "memory measured on the steps that warm up and record the CUDA graphs"
     row.step_ms = statistics.median(times)
     row.tokens_per_s = tokens / (row.step_ms / 1e3)
     if peaks:
@@ -253,6 +272,8 @@ def _prepare(name: str, model, spec: dict[str, Any], row: Row):
         return model, patches
     if name == "inductor":
         return torch.compile(model), patches
+    if name == "inductor-cudagraphs":
+        return torch.compile(model, mode="reduce-overhead"), patches
     if name in ("full_ac", "sac"):
         wrap_blocks(find_blocks(model, spec.get("blocks")), "full" if name == "full_ac" else "sac")
         return torch.compile(model), patches
@@ -270,18 +291,19 @@ def _prepare(name: str, model, spec: dict[str, Any], row: Row):
         row.note = "SAC with matmul and attention outputs tagged MUST_CPU_OFFLOAD"
         wrap_blocks(find_blocks(model, spec.get("blocks")), "offload")
         return torch.compile(model), patches
-    if name.startswith(("offload:", "offload-limit:")):
+    if name.startswith(("offload:", "offload-limit:", "offload-cudagraphs:")):
         import offload_compiler
 
-        value = name.split(":", 1)[1]
+        base, value = name.split(":", 1)
         options = {**spec.get("offload_options", {}), "devices": (spec["device"].split(":")[0],)}
-        if name.startswith("offload-limit:"):
+        if base == "offload-limit":
             options["memory_limit"] = value
         else:
             options["memory_budget"] = budget_from_text(value)
         if spec["device"].startswith("cpu"):
             options["min_offload_bytes"] = 0
-        backend = offload_compiler.make_backend(options)
+        mode = "reduce-overhead" if base == "offload-cudagraphs" else None
+        backend = offload_compiler.make_backend(options, mode=mode)
         compiled = torch.compile(model, backend=backend)
         compiled._offload_backend = backend
         return compiled, patches

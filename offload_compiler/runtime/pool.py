@@ -31,6 +31,15 @@ Memory goes back (a block is *released*: pinned memory unpinned, host memory fre
 - all idle blocks now: :func:`empty_host_pool`. Checked-out blocks are never released:
   they come back, kept or released by the bound, when their tensors die.
 
+Under CUDA graphs (``runtime/graph_slots.py``) a block may also be checked out while a
+*token* lives (:attr:`HostBlock.owner`, a weak reference to the token's storage), or be
+*held* by recorded graphs (:meth:`HostPool.take_idle`): a recorded copy reads or writes
+the same host address on every replay, so a held block leaves circulation until
+:meth:`HostPool.release_held` (when the graphs that recorded it are gone). While a graph
+compiled for CUDA graphs is alive the idle bound is at least the most bytes checked out
+at once: a recording takes the blocks its warm-up used, and pinned memory cannot be
+allocated while a stream is being captured.
+
 Pinned memory comes from torch's caching host allocator, which keeps freed pinned
 memory; after releasing pinned blocks the pool empties that cache
 (``torch.accelerator.empty_host_cache``), with any other pinned memory left there.
@@ -44,31 +53,21 @@ import numbers
 import os
 import threading
 import weakref
-from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 import torch
 
 from ..config import parse_nbytes
+from .host_block import HostBlock, PoolStats, _default_allocator, _unpin_cached, block_nbytes, mib
+
+__all__ = ["HostBlock", "HostPool", "PoolStats", "block_nbytes", "empty_host_pool", "host_pool", "mib"]
 
 log = logging.getLogger(__name__)
-
-_MIN_BLOCK_BYTES = 512
 
 #: Environment variable read at import: the bound on idle bytes (see the module docstring).
 MAX_IDLE_ENV = "OFFLOAD_COMPILER_HOST_POOL_MAX_IDLE"
 #: The least bound ``"auto"`` gives: small models whose shapes change keep their blocks.
 AUTO_MIN_IDLE_BYTES = 64 << 20
-
-
-def block_nbytes(nbytes: int) -> int:
-    """The size class of a request: the next power of two, at least 512 bytes."""
-    n = max(int(nbytes), _MIN_BLOCK_BYTES)
-    return 1 << (n - 1).bit_length()
-
-
-def mib(nbytes: int) -> str:
-    return f"{nbytes / 2**20:.1f} MiB"
 
 
 def _check_max_idle(value: Any) -> int | None:
@@ -80,66 +79,6 @@ def _check_max_idle(value: Any) -> int | None:
         raise ValueError(f"max_idle_bytes={value!r} is not valid; give \"auto\" (or None), a "
                          "non-negative integer number of bytes, or a size such as \"256MiB\"")
     return None if value is None else int(value)
-
-
-@dataclass
-class HostBlock:
-    buffer: torch.Tensor
-    """Flat ``uint8`` host tensor backing the block."""
-    pinned: bool
-    storage: torch.UntypedStorage
-    idle_uses: int
-    """Reference count of the storage while only the pool holds it."""
-    events: list = field(default_factory=list)
-    """CUDA events of copies that touched the block since it was last handed out."""
-    ready_event: object | None = None
-    """Event recorded when the D2H copy into this block finished (``None`` on CPU)."""
-    last_used: int = 0
-    """When it was last checked out (the pool's count of checkouts): idle blocks past the
-    bound are released least recently used first."""
-
-    @property
-    def nbytes(self) -> int:
-        return self.buffer.numel()
-
-    def in_use(self) -> bool:
-        return torch._C._storage_Use_Count(self.storage._cdata) > self.idle_uses
-
-
-def _default_allocator(nbytes: int, pinned: bool) -> torch.Tensor:
-    return torch.empty(nbytes, dtype=torch.uint8, pin_memory=pinned)
-
-
-def _unpin_cached() -> None:
-    """Give torch's cached, unused pinned host memory back to the system."""
-    if not torch.cuda.is_initialized():
-        return
-    empty = getattr(getattr(torch, "accelerator", None), "empty_host_cache", None)
-    empty = empty or getattr(torch._C, "_host_emptyCache", None)
-    if empty is not None:
-        empty()
-
-
-@dataclass
-class PoolStats:
-    allocations: int = 0
-    """Host blocks allocated (pinned ones when running on a GPU)."""
-    reserved_bytes: int = 0
-    """Bytes of all blocks the pool holds, checked out or idle."""
-    in_use_bytes: int = 0
-    """Bytes of blocks checked out (exact in ``stats()``, which looks at every block)."""
-    idle_bytes: int = 0
-    """Bytes of blocks free for reuse."""
-    peak_in_use_bytes: int = 0
-    """The most bytes checked out at once since no graph was alive (to within 1/16)."""
-    max_idle_bytes: int = 0
-    """The bound on idle bytes now in force (``"auto"`` resolved; 0 with no graph alive)."""
-    released_blocks: int = 0
-    """Blocks given back to the system so far."""
-    released_bytes: int = 0
-    failed_allocations: int = 0
-    """Allocations that failed or were refused by the limit (the tensor stayed put)."""
-    acquires: int = 0
 
 
 class HostPool:
@@ -158,18 +97,22 @@ class HostPool:
         self._checkouts = itertools.count(1)
         self._verified_in_use = 0
         self._graphs: set[int] = set()
+        self._graphs_fixed: set[int] = set()  # graphs compiled for CUDA graphs
+        self._held: dict[int, HostBlock] = {}
         self._had_graphs = False
         self._graph_ids = itertools.count()
         self._warned = False
         self._said_bound = False
 
     # -- checkout -----------------------------------------------------------------
-    def acquire(self, like: torch.Tensor, *, pinned: bool) -> tuple[torch.Tensor, HostBlock] | None:
+    def acquire(self, like: torch.Tensor, *, pinned: bool,
+                owner: Any = None) -> tuple[torch.Tensor, HostBlock] | None:
         """A host tensor with ``like``'s shape, strides and dtype, and its block.
 
         ``like`` must be dense and non-overlapping with storage offset 0 (the planner
         only offloads such tensors). Returns ``None`` if no block can be had; the
-        caller then keeps the tensor on the device.
+        caller then keeps the tensor on the device. ``owner`` (a ``StorageWeakRef``)
+        keeps the block checked out while it lives, whoever holds the host tensor.
         """
         nbytes = like.numel() * like.element_size()
         size = block_nbytes(nbytes)
@@ -184,12 +127,58 @@ class HostPool:
                     return None
             self._note_peak(block.nbytes)  # before the block counts: it may look idle
             block.last_used = next(self._checkouts)
+            block.owner = owner
             self._in_use[block.buffer.data_ptr()] = block
             self._stats.in_use_bytes += block.nbytes
             # The view is made under the lock: until it exists the block looks idle.
-            host = block.buffer[:nbytes].view(like.dtype).as_strided(like.size(), like.stride())
+            host = block.view(like)
             self._trim()
         return host, block
+
+    def take_idle(self, like: torch.Tensor, *, pinned: bool) -> tuple[torch.Tensor, HostBlock] | None:
+        """An idle block for ``like``, taken out of circulation until :meth:`release_held`,
+        and never a new allocation (a stream may be capturing: CUDA refuses to pin memory
+        then and invalidates the capture). ``None`` when no idle block fits. The block's
+        events are dropped: the caller orders its own copies (a capture starts after a
+        device synchronize)."""
+        size = block_nbytes(like.numel() * like.element_size())
+        with self._lock:
+            block = self._take_free(size, pinned)
+            if block is None:
+                return None
+            block.events, block.ready_event, block.owner = [], None, None
+            self._held[block.buffer.data_ptr()] = block
+            self._stats.held_blocks += 1
+            self._stats.held_bytes += block.nbytes
+            return block.view(like), block
+
+    def release_held(self, blocks: list[HostBlock], *, blocking: bool = True) -> int:
+        """Release blocks :meth:`take_idle` handed out (``blocks`` is emptied: the pool
+        then holds the last reference); the caller has made sure no recorded graph may
+        still copy into or out of them. Returns the bytes released. ``blocking=False``
+        (from garbage collection) releases nothing and leaves ``blocks`` as they are if
+        the pool's lock is held."""
+        if not self._lock.acquire(blocking=blocking):
+            return 0
+        try:
+            nbytes = 0
+            while blocks:
+                block = blocks.pop()
+                if self._held.pop(block.buffer.data_ptr(), None) is None:
+                    continue
+                self._by_ptr.pop(block.buffer.data_ptr(), None)
+                self._stats.held_blocks -= 1
+                self._stats.held_bytes -= block.nbytes
+                self._stats.reserved_bytes -= block.nbytes
+                self._stats.released_blocks += 1
+                self._stats.released_bytes += block.nbytes
+                nbytes += block.nbytes
+            block = None
+            if nbytes:
+                _unpin_cached()
+        finally:
+            self._lock.release()
+        return nbytes
 
     def lookup(self, host: torch.Tensor) -> HostBlock | None:
         """The block behind a host tensor handed out by :meth:`acquire`, if any."""
@@ -210,6 +199,7 @@ class HostPool:
         """Move blocks no tensor views any more from checked out to idle."""
         for ptr, block in list(self._in_use.items()):
             if not block.in_use():
+                block.owner = None
                 del self._in_use[ptr]
                 self._stats.in_use_bytes -= block.nbytes
                 self._stats.idle_bytes += block.nbytes
@@ -275,6 +265,8 @@ class HostPool:
         if self._had_graphs and not self._graphs:
             return 0
         if self._max_idle is not None:
+            if self._graphs_fixed:  # a recording takes what its warm-up used: keep that
+                return max(self._max_idle, self._stats.peak_in_use_bytes)
             return self._max_idle
         return max(AUTO_MIN_IDLE_BYTES, self._stats.peak_in_use_bytes)
 
@@ -342,15 +334,20 @@ class HostPool:
 
     clear = empty
 
-    def register_graph(self, compiled: Callable[..., Any], owners: Sequence[Any] = ()) -> None:
+    def register_graph(self, compiled: Callable[..., Any], owners: Sequence[Any] = (), *,
+                       fixed_buffers: bool = False) -> None:
         """Note that ``compiled`` (the function that runs one compiled graph) may use the
         pool while it and, if any are given, one of ``owners`` (the model's parameters
         the graph takes) are alive. Once no registered graph is, idle blocks are released,
         and blocks that come back later too, until a graph registers or runs again (a
         graph Dynamo keeps in its cache may run for another instance of the same
-        model). An object that takes no weak reference counts as alive for good."""
+        model). An object that takes no weak reference counts as alive for good.
+        ``fixed_buffers``: the graph was compiled for CUDA graphs (see the module
+        docstring: the idle bound keeps what a recording needs while it lives)."""
         token = next(self._graph_ids)
         self._graphs.add(token)
+        if fixed_buffers:
+            self._graphs_fixed.add(token)
         self._had_graphs = True
         try:
             weakref.finalize(compiled, self._graph_gone, token).atexit = False
@@ -370,6 +367,7 @@ class HostPool:
         # Runs from garbage collection, maybe inside this pool's own locked code on this
         # thread: never wait for the lock. If it is held, the next call releases.
         self._graphs.discard(token)
+        self._graphs_fixed.discard(token)
         if self._graphs or not self._lock.acquire(blocking=False):
             return
         try:

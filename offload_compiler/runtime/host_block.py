@@ -1,0 +1,100 @@
+"""A host block of the pool and the pool's counters (``pool.py`` decides when blocks are
+taken, given back and released).
+
+Blocks are sized in powers of two, at least 512 bytes, so that steps with slightly
+different shapes reuse them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+_MIN_BLOCK_BYTES = 512
+
+
+def block_nbytes(nbytes: int) -> int:
+    """The size class of a request: the next power of two, at least 512 bytes."""
+    n = max(int(nbytes), _MIN_BLOCK_BYTES)
+    return 1 << (n - 1).bit_length()
+
+
+def mib(nbytes: int) -> str:
+    return f"{nbytes / 2**20:.1f} MiB"
+
+
+@dataclass
+class HostBlock:
+    buffer: torch.Tensor
+    """Flat ``uint8`` host tensor backing the block."""
+    pinned: bool
+    storage: torch.UntypedStorage
+    idle_uses: int
+    """Reference count of the storage while only the pool holds it."""
+    events: list = field(default_factory=list)
+    """CUDA events of copies that touched the block since it was last handed out."""
+    ready_event: object | None = None
+    """Event recorded when the D2H copy into this block finished (``None`` on CPU)."""
+    last_used: int = 0
+    """When it was last checked out (the pool's count of checkouts): idle blocks past the
+    bound are released least recently used first."""
+    owner: Any = None
+    """With token transfers (CUDA graphs): a ``StorageWeakRef`` of the token whose value
+    the block holds; the block stays checked out while the token lives."""
+
+    @property
+    def nbytes(self) -> int:
+        return self.buffer.numel()
+
+    def in_use(self) -> bool:
+        if self.owner is not None and not self.owner.expired():
+            return True
+        return torch._C._storage_Use_Count(self.storage._cdata) > self.idle_uses
+
+    def view(self, like: torch.Tensor) -> torch.Tensor:
+        """The block seen as a tensor with ``like``'s shape, strides and dtype."""
+        nbytes = like.numel() * like.element_size()
+        return self.buffer[:nbytes].view(like.dtype).as_strided(like.size(), like.stride())
+
+
+def _default_allocator(nbytes: int, pinned: bool) -> torch.Tensor:
+    return torch.empty(nbytes, dtype=torch.uint8, pin_memory=pinned)
+
+
+def _unpin_cached() -> None:
+    """Give torch's cached, unused pinned host memory back to the system."""
+    if not torch.cuda.is_initialized():
+        return
+    empty = getattr(getattr(torch, "accelerator", None), "empty_host_cache", None)
+    empty = empty or getattr(torch._C, "_host_emptyCache", None)
+    if empty is not None:
+        empty()
+
+
+@dataclass
+class PoolStats:
+    allocations: int = 0
+    """Host blocks allocated (pinned ones when running on a GPU)."""
+    reserved_bytes: int = 0
+    """Bytes of all blocks the pool holds, checked out or idle."""
+    in_use_bytes: int = 0
+    """Bytes of blocks checked out (exact in ``stats()``, which looks at every block)."""
+    idle_bytes: int = 0
+    """Bytes of blocks free for reuse."""
+    peak_in_use_bytes: int = 0
+    """The most bytes checked out at once since no graph was alive (to within 1/16)."""
+    max_idle_bytes: int = 0
+    """The bound on idle bytes now in force (``"auto"`` resolved; 0 with no graph alive)."""
+    released_blocks: int = 0
+    """Blocks given back to the system so far."""
+    released_bytes: int = 0
+    failed_allocations: int = 0
+    """Allocations that failed or were refused by the limit (the tensor stayed put)."""
+    acquires: int = 0
+    held_blocks: int = 0
+    """Blocks held by recorded CUDA graphs (out of circulation until those graphs are gone)."""
+    held_bytes: int = 0
+
+
