@@ -9,7 +9,7 @@ also registers it through the ``torch_dynamo_backends`` entry point).
 from .backend import OffloadBackend, make_backend, offload_backend, register
 from .config import OffloadConfig
 from .decision import Decision
-from .reporting.explain import Report, explain
+from .reporting.explain import Report, explain, plan_offline
 from .reporting.graph_text import graph_text
 from .reporting.records import DecisionRecord, GraphPlan, Predictions
 from .runtime import empty_host_pool, host_pool
@@ -30,4 +30,5 @@ __all__ = [
     "host_pool",
     "make_backend",
     "offload_backend",
+    "plan_offline",
 ]

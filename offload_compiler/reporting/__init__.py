@@ -5,5 +5,5 @@
 - ``timeline``: the simulated schedule as a Chrome trace and a memory plot.
 - ``graph_text``: readable graph code with transfer annotations.
 - ``dump``: one folder per compiled graph.
-- ``explain``: trace and plan a model, and report, without training it.
+- ``explain``: trace and plan a model on fake tensors, and report, without running it.
 """

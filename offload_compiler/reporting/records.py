@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
+from passes.analyze_candidates import ACTIVATION, INPUT  # DecisionRecord.kind
 from passes.nodes import planned_sizes
 
 from ..decision import Decision
@@ -96,14 +97,28 @@ class Predictions(Mapping):
 
 @dataclass(frozen=True)
 class DecisionRecord:
+    """One tensor the forward saves for backward, what was decided for it, and why."""
+
     name: str
+    """Its name in the forward graph (``mm_3``)."""
     producer: str
+    """The op that made it (``aten.mm.default``; ``placeholder`` for a graph input)."""
     shape: tuple
     dtype: str
     device: str
     nbytes: int
     decision: Decision
     reason: str
+    module_path: str = ""
+    """The module that computed it, ``"blocks.0.attn.qkv"`` (for a graph input, the module
+    of its first reader); ``""`` for the root module or where Dynamo recorded none."""
+    source_line: str = ""
+    """The source line that computed it (for a graph input, its first reader),
+    ``"gpt.py:85 in forward"``, or ``""``."""
+    kind: str = ACTIVATION
+    """``"activation"``, or ``"input"``: a parameter, buffer or model input (or a view of
+    one), saved as it is; it outlives the graph, so it is always kept and is not counted
+    among the saved activations."""
 
 
 @dataclass
@@ -137,6 +152,16 @@ class GraphPlan:
     the record was made. Empty for a static graph."""
 
     @property
+    def activations(self) -> list[DecisionRecord]:
+        """The saved values computed in the graph (graph inputs apart)."""
+        return [d for d in self.decisions if d.kind == ACTIVATION]
+
+    @property
+    def inputs(self) -> list[DecisionRecord]:
+        """Parameters, buffers and model inputs (or views of them) saved for backward."""
+        return [d for d in self.decisions if d.kind == INPUT]
+
+    @property
     def recomputed(self) -> list[DecisionRecord]:
         return [d for d in self.decisions if d.decision is Decision.RECOMPUTE]
 
@@ -150,10 +175,12 @@ class GraphPlan:
 
     @property
     def saved_bytes(self) -> int:
-        return sum(d.nbytes for d in self.decisions)
+        """Bytes of the saved activations (graph inputs are not counted)."""
+        return sum(d.nbytes for d in self.activations)
 
     def summary(self) -> str:
-        kept = len(self.decisions) - len(self.offloaded) - len(self.recomputed)
+        activations, inputs = self.activations, self.inputs
+        kept = len(activations) - len(self.offloaded) - len(self.recomputed)
         if self.off_device:
             devices = sorted({d.device for d in self.decisions})
             return (
@@ -161,12 +188,14 @@ class GraphPlan:
                 f"on {', '.join(devices)}); the graph passes through unchanged"
             )
         return (
-            f"graph {self.graph_id}: {len(self.decisions)} saved activations "
-            f"({_mib(self.saved_bytes)}), {len(self.offloaded)} offloaded "
-            f"({_mib(self.offloaded_bytes)}), {len(self.recomputed)} recomputed, {kept} kept"
+            f"graph {self.graph_id}: {len(activations)} saved activations "
+            f"({nbytes_text(self.saved_bytes)}), {len(self.offloaded)} offloaded "
+            f"({nbytes_text(self.offloaded_bytes)}), {len(self.recomputed)} recomputed, {kept} kept"
+            + (f" (and {len(inputs)} parameters or inputs saved as they are, "
+               f"{nbytes_text(sum(d.nbytes for d in inputs))})" if inputs else "")
             + (
-                f"; predicted activation peak {_mib(int(self.predicted.activation_peak_bytes))} "
-                f"(was {_mib(int(self.predicted.baseline_activation_peak_bytes))}), step "
+                f"; predicted activation peak {nbytes_text(int(self.predicted.activation_peak_bytes))} "
+                f"(was {nbytes_text(int(self.predicted.baseline_activation_peak_bytes))}), step "
                 f"{self.predicted.step_ms:.2f} ms (was {self.predicted.baseline_step_ms:.2f} ms)"
                 if self.predicted else ""
             )
@@ -180,7 +209,14 @@ def sizes_text(sizes: Mapping[str, int]) -> str:
     return ", ".join(f"{name}={value}" for name, value in sizes.items())
 
 
-def _mib(nbytes: int) -> str:
-    return f"{nbytes / 2**20:.1f} MiB"
+def nbytes_text(nbytes: float) -> str:
+    """Bytes for people: ``512 B``, ``1.5 KiB``, ``12.3 MiB``, ``1.25 GiB``."""
+    size = abs(nbytes)
+    if size < 2**10:
+        return f"{int(nbytes)} B"
+    for unit, scale, digits in (("KiB", 2**10, 1), ("MiB", 2**20, 1), ("GiB", 2**30, 2)):
+        if size < 2**10 * scale or unit == "GiB":
+            return f"{nbytes / scale:.{digits}f} {unit}"
+    raise AssertionError("unreachable")
 
 
