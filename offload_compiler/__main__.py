@@ -1,4 +1,5 @@
-"""Command line: ``python -m offload_compiler compare ...`` and ``... inspect DUMP_DIR``."""
+"""Command line: ``python -m offload_compiler compare ...``, ``... inspect DUMP_DIR`` and
+``... explain module:factory``."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import sys
 
 from . import compare
 from .reporting import inspect_dump
+from .reporting.explain_cli import add_explain_parser
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -16,7 +18,10 @@ def main(argv: list[str] | None = None) -> int:
     compare.add_arguments(p)
     q = sub.add_parser("inspect", help="print the summary and decisions of every graph in a dump")
     inspect_dump.add_arguments(q)
+    add_explain_parser(sub)
     args = parser.parse_args(argv)
+    if args.command == "explain":
+        return args.handler(args)
     if args.command == "compare":
         return compare.main_compare(args)
     return inspect_dump.main_inspect(args)

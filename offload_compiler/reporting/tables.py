@@ -203,7 +203,7 @@ def summary_text(plan: GraphPlan) -> str:
     if plan.inputs:
         lines.append(f"  {'inputs':<10} {len(plan.inputs):>4} tensors  "
                      f"{nbytes_text(sum(d.nbytes for d in plan.inputs)):>10}  "
-                     "(parameters, buffers and model inputs saved for backward: kept, not counted above)")
+                     "(parameters, buffers, model inputs: kept, not counted above)")
     p = plan.predicted
     if p:
         lines.append(f"  activation peak  {nbytes_text(p.activation_peak_bytes):>10} "
