@@ -9,6 +9,7 @@ also registers it through the ``torch_dynamo_backends`` entry point).
 from .backend import OffloadBackend, make_backend, offload_backend, register
 from .config import OffloadConfig
 from .decision import Decision
+from .integrations.huggingface import backend_of, compile_for_training
 from .reporting.explain import Report, explain, plan_offline
 from .reporting.graph_text import graph_text
 from .reporting.records import DecisionRecord, GraphPlan, Predictions
@@ -24,6 +25,8 @@ __all__ = [
     "OffloadConfig",
     "Predictions",
     "Report",
+    "backend_of",
+    "compile_for_training",
     "empty_host_pool",
     "explain",
     "graph_text",
