@@ -237,3 +237,26 @@ def test_inspect_top_cuts_each_table_from_plan_json(tmp_path, capsys):
     args.top = None
     assert main_inspect(args) == 0
     assert "not shown" not in capsys.readouterr().out
+
+
+@pytest.mark.gpu
+def test_explain_and_plan_offline_on_cuda_plan_as_training_does():
+    """On a GPU the fake tensors are CUDA tensors: the plan is the training compile's, and
+    plan_offline of a meta-device model for cuda makes the same plan."""
+    torch.manual_seed(0)
+    cfg = preset("tiny")
+    model = GPT(cfg).cuda()
+    idx, tgt = make_batch(cfg, device="cuda")
+    options = {"min_offload_bytes": 0, "memory_budget": 0.5, "plan_cache": False}
+    trained = backend(**options)
+    torch.compile(copy.deepcopy(model), backend=trained)(idx, tgt).backward()
+    torch._dynamo.reset()
+    report = offload_compiler.explain(model, idx, tgt, options=options)
+    assert report.decisions == tables.decision_dicts(trained.plans[0])
+    torch._dynamo.reset()
+    with torch.device("meta"):
+        meta = GPT(cfg)
+    offline = offload_compiler.plan_offline(meta, *make_batch(cfg), device="cuda", options=options)
+    assert offline.header.startswith("planned for cuda on this machine")
+    assert [(d["name"], d["decision"]) for d in offline.decisions] == \
+        [(d["name"], d["decision"]) for d in report.decisions]

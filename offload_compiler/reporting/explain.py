@@ -17,6 +17,7 @@ they were.
 from __future__ import annotations
 
 import inspect
+import textwrap
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -134,16 +135,17 @@ def plan_offline(model: torch.nn.Module, *args: Any, device: str | torch.device 
             raise ValueError("give the hardware figures either as profile= or as options['hardware'], not both")
         options["hardware"] = offline.load_profile(profile)
     if loopback:
-        given = options.get("devices", ("cuda",))
+        devices = options.get("devices", ("cuda",))
         options["devices"] = tuple("cpu" if str(d).split(":")[0] == "cuda" else d
-                                   for d in ((given,) if isinstance(given, str) else given))
+                                   for d in ((devices,) if isinstance(devices, str) else devices))
     config = OffloadConfig.from_options(options)
     top = fmt.check_top(top)
-    where = "this machine's " + requested if not loopback else "the CPU (no CUDA here): loopback"
-    header = (f"planned for {requested} on {where}, with the "
-              + (f"{profile} profile" if isinstance(profile, (str, Path)) else
-                 "given profile" if profile is not None else f"{requested} device's own profile")
-              + ("; attention is the CPU kernel, costed as the CUDA one" if loopback else ""))
+    given = (f"the {profile} profile" if isinstance(profile, (str, Path)) else
+             "the given profile" if profile is not None else "the device's own profile")
+    header = (f"planned for {requested} on the CPU (no CUDA here): loopback, with {given}; attention "
+              "is the CPU kernel, costed as the CUDA one" if loopback else
+              f"planned for {requested} on this machine, with {given}")
+    header = "\n".join(textwrap.wrap(header, fmt.TABLE_WIDTH))
     plans = offline.trace_and_plan(model, args, kwargs, config, device=target)
     return report_of(plans, top, header=header)
 
