@@ -99,19 +99,30 @@ def trace_and_plan(model: torch.nn.Module, args: Sequence[Any], kwargs: Mapping[
     """Plan ``model(*args, **kwargs)`` under fake tensors, one plan per graph that needs a
     backward. ``device``: where the fake tensors go (``None``: each on its own device;
     a model on the meta device needs one)."""
+    from torch._subclasses.fake_tensor import DataDependentOutputException, DynamicOutputShapeException
+
     mode = _fake_mode()
     backend = _PlanOnly(config)
     with _faked_model(model, mode, device) as fake:
         fake_args, fake_kwargs = pytree.tree_map_only(torch.Tensor, fake, (tuple(args), dict(kwargs)))
-        with mode, torch.enable_grad(), torch.random.fork_rng(devices=[]):
-            torch.compile(model, backend=backend)(*fake_args, **fake_kwargs)
+        try:
+            with mode, torch.enable_grad(), torch.random.fork_rng(devices=[]):
+                torch.compile(model, backend=backend)(*fake_args, **fake_kwargs)
+        except (DataDependentOutputException, DynamicOutputShapeException) as error:
+            raise RuntimeError(
+                f"the model's forward needs a tensor's values ({error}: .item(), 'if tensor:', "
+                "nonzero, ...) outside a compiled graph; planning without running has only shapes. "
+                "To see its plan, train a step with backend = offload_compiler.make_backend(...) "
+                "and print each plan.summary() of backend.plans") from error
     return backend.plans
 
 
 def _fake_mode():
     from torch._subclasses.fake_tensor import FakeTensorMode
 
-    return FakeTensorMode()  # static sizes, as a first compile sees them
+    # Static sizes, as a first compile sees them; a plain tensor attribute of the model (not
+    # a parameter or buffer) is read as a constant.
+    return FakeTensorMode(allow_non_fake_inputs=True)
 
 
 @contextlib.contextmanager

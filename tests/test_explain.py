@@ -260,3 +260,23 @@ def test_explain_and_plan_offline_on_cuda_plan_as_training_does():
     assert offline.header.startswith("planned for cuda on this machine")
     assert [(d["name"], d["decision"]) for d in offline.decisions] == \
         [(d["name"], d["decision"]) for d in report.decisions]
+
+
+class _Scaled(torch.nn.Module):
+    def __init__(self, branch: bool = False):
+        super().__init__()
+        self.lin, self.scale, self.branch = torch.nn.Linear(16, 16), torch.full((16,), 2.0), branch
+
+    def forward(self, x):
+        y = self.lin(x) * self.scale  # a plain tensor attribute: neither parameter nor buffer
+        if self.branch and y.sum() > 0:  # reads a value: fake tensors have none
+            return y.relu().sum()
+        return y.relu().sum()
+
+
+def test_explain_reads_a_plain_tensor_attribute_and_says_why_a_value_cannot_be_read():
+    report = offload_compiler.explain(_Scaled(), torch.randn(4, 16), options=LOOP)
+    assert any(d["kind"] == "activation" and d["source_line"].startswith("test_explain.py:")
+               for d in report.decisions)
+    with pytest.raises(RuntimeError, match="needs a tensor's values .* backend.plans"):
+        offload_compiler.explain(_Scaled(branch=True), torch.randn(4, 16), options=LOOP)
