@@ -3,18 +3,19 @@
     python benchmarks/plan_offline.py --preset h100 --budgets auto,0.5,0.35,0.2 \
         --hardware '{"d2h_gbps": 55.4, "h2d_gbps": 55.5}'
 
-Builds the model on the CPU in bf16 and compiles it with the offload backend in
-loopback mode (``devices=("cpu",)``) with a hardware profile given in full: the
-measured H100 profile of ``benchmarks/RESULTS.md`` unless ``--hardware`` overrides
-fields. Compilation stops once the planner has decided (nothing runs: the model is
-never executed at this size on a CPU), and the script prints, per budget, the
-planner's predictions, where its bytes went, and the seconds from the start of the
-compile to the plan (Dynamo tracing, AOTAutograd and planning; the plan cache is off
-unless ``OFFLOAD_COMPILER_PLAN_CACHE`` says otherwise). With ``-v``, planning logs each
-phase with its time.
+Builds the model on the meta device in bf16 (no weight is allocated) and plans it as
+:func:`offload_compiler.plan_offline` does for ``cuda`` on a machine without CUDA: on fake
+CPU tensors in loopback mode (``devices=("cpu",)``; nothing runs) with a hardware profile
+given in full, the measured H100 profile (``offload_compiler.offline.PROFILES["h100"]``)
+unless ``--hardware`` overrides fields. The script prints, per budget, the planner's
+predictions, where its bytes went, and the seconds from the start of the compile to the
+plan (Dynamo tracing, AOTAutograd and planning; the plan cache is off unless
+``OFFLOAD_COMPILER_PLAN_CACHE`` says otherwise). With ``-v``, planning logs each phase
+with its time. ``python -m offload_compiler explain`` does the same for any model
+factory, one budget at a time.
 
-The graph differs from the GPU's in one op: attention is the CPU flash kernel, costed
-with the CUDA kernel's FLOP formula. Use it to see the planner's choices and
+On a CPU the graph differs from the GPU's in one op: attention is the CPU flash kernel,
+costed with the CUDA kernel's FLOP formula. Use it to see the planner's choices and
 predicted trade-off without a GPU; measure on a GPU before quoting a step time.
 """
 
@@ -34,39 +35,25 @@ from tabulate import tabulate
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-import offload_compiler  # noqa: E402
 from offload_compiler.config import budget_from_text  # noqa: E402
 from offload_compiler.models.gpt import GPT, PRESETS, make_batch, preset  # noqa: E402
+from offload_compiler.config import OffloadConfig  # noqa: E402
+from offload_compiler.offline import PROFILES, trace_and_plan  # noqa: E402
+from offload_compiler.reporting import tables  # noqa: E402
 
-#: Measured on an NVIDIA H100 80GB HBM3 (results/2026-11-21_s4_kernel_rates_h100.json:
-#: copies, matmuls and memory as calibrated; attention forward from its causal SDPA
-#: row, backward from the profile of the example GPT in the same session; copy_slowdown
-#: from its eager 256 MiB add beside both copies).
-H100_PROFILE = {"d2h_gbps": 55.1, "h2d_gbps": 55.3, "duplex_gbps": 100.7, "matmul_tflops": 721.0,
-                "matmul_fp32_tflops": 51.5, "memory_gbps": 2969.0, "attention_tflops": 570.0,
-                "attention_backward_tflops": 454.0, "launch_us": 4.0, "copy_slowdown": 0.037}
-
-
-class _Planned(Exception):
-    """Raised once the planner has decided, to stop compilation there."""
-
-
-class _StopAfterPlan(list):
-    def append(self, plan) -> None:
-        super().append(plan)
-        raise _Planned()
+#: The measured H100 profile (kept under this name for scripts that import it).
+H100_PROFILE = PROFILES["h100"]
 
 
 def plan_once(model, inputs, options: dict):
-    backend = offload_compiler.make_backend(**options)
-    backend.plans = _StopAfterPlan()
+    """The plan of ``model(*inputs)``'s one graph, made on fake tensors without running it
+    (``offload_compiler.offline.trace_and_plan``, as ``plan_offline`` and ``explain`` do).
+    ``options`` in loopback, e.g. ``{"devices": ("cpu",), "hardware": H100_PROFILE}``."""
     torch._dynamo.reset()
-    try:
-        torch.compile(model, backend=backend)(*inputs)
-    except Exception as e:  # Dynamo wraps the stop in its own error
-        if not backend.plans:
-            raise RuntimeError(f"compilation failed before the planner decided: {e}") from e
-    return backend.plans[0]
+    plans = trace_and_plan(model, inputs, {}, OffloadConfig.from_options(options), device=torch.device("cpu"))
+    if len(plans) != 1:
+        raise RuntimeError(f"expected one planned graph, got {len(plans)}")
+    return plans[0]
 
 
 def _budget(text: str):
@@ -89,11 +76,10 @@ def main(argv: list[str] | None = None) -> int:
         import logging
 
         logging.basicConfig(level=logging.INFO, format="%(message)s")
-    hardware = {**H100_PROFILE, **json.loads(args.hardware)}
+    hardware = {**PROFILES["h100"], **json.loads(args.hardware)}
     extra = json.loads(args.options)
     cfg = preset(args.preset)
-    torch.manual_seed(0)
-    with torch.device("cpu"):
+    with torch.device("meta"):
         model = GPT(cfg).to(torch.bfloat16)
     inputs = make_batch(cfg, device="cpu")
     rows = []
@@ -104,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
         plan = plan_once(model, inputs, options)
         compile_s = time.perf_counter() - t0
         kinds = Counter()
-        for d in plan.decisions:
+        for d in plan.activations:
             kinds[d.decision.value] += d.nbytes
         pr = plan.predicted
         rows.append({
@@ -119,8 +105,7 @@ def main(argv: list[str] | None = None) -> int:
         })
         if args.decisions:
             print(f"== budget {text} ==")
-            for d in plan.decisions:
-                print(f"  {d.decision.value:9s} {d.name:28s} {d.nbytes / 2**20:8.1f} MiB  {d.reason}")
+            print(tables.decision_table(plan))
     if args.out:
         Path(args.out).write_text(json.dumps({"preset": args.preset, "hardware": hardware,
                                               "options": extra, "rows": rows}, indent=1))

@@ -18,7 +18,8 @@ from ._version import SCHEMA_VERSION, __version__, warn_on_untested_torch  # noq
 from .backend import OffloadBackend, make_backend, offload_backend, register  # noqa: E402
 from .config import ByteSize, OffloadConfig  # noqa: E402
 from .decision import Decision  # noqa: E402
-from .reporting.explain import Report, explain  # noqa: E402
+from .integrations.huggingface import backend_of, compile_for_training  # noqa: E402
+from .reporting.explain import Report, explain, plan_offline  # noqa: E402
 from .reporting.graph_text import graph_text  # noqa: E402
 from .reporting.records import DecisionRecord, GraphPlan, Predictions  # noqa: E402
 from .runtime import empty_host_pool, host_pool  # noqa: E402
@@ -37,10 +38,13 @@ __all__ = [
     "Report",
     "SCHEMA_VERSION",
     "__version__",
+    "backend_of",
+    "compile_for_training",
     "empty_host_pool",
     "explain",
     "graph_text",
     "host_pool",
     "make_backend",
     "offload_backend",
+    "plan_offline",
 ]

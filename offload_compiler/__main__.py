@@ -1,6 +1,6 @@
-"""Command line: ``python -m offload_compiler compare ...`` and ``... inspect DUMP_DIR``
-(installed as ``offload-compiler``). Bad arguments exit with status 2; ``compare``'s
-other exit statuses are in its ``--help``."""
+"""Command line: ``python -m offload_compiler compare ...``, ``... inspect DUMP_DIR`` and
+``... explain module:factory`` (installed as ``offload-compiler``). Bad arguments exit with
+status 2; ``compare``'s other exit statuses are in its ``--help``."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from . import compare
 from ._version import __version__
 from .compare.cli import HelpFormatter
 from .reporting import inspect_dump
+from .reporting.explain_cli import add_explain_parser
 
 
 def version_text() -> str:
@@ -32,7 +33,10 @@ def main(argv: list[str] | None = None) -> int:
     q = sub.add_parser("inspect", help="print the summary and decisions of every graph in a dump",
                        formatter_class=HelpFormatter)
     inspect_dump.add_arguments(q)
+    add_explain_parser(sub)
     args = parser.parse_args(argv)
+    if args.command == "explain":
+        return args.handler(args)
     if args.command == "compare":
         return compare.main_compare(args)
     return inspect_dump.main_inspect(args)

@@ -65,12 +65,13 @@ def with_unit(nbytes: int) -> str:
     return f"{nbytes}B"
 
 
-def nbytes_text(nbytes: int) -> str:
-    """Bytes for people: ``512 B``, ``3.0 KiB``, ``12.5 MiB``, ``1.25 GiB``."""
-    if nbytes >= 1 << 30:
-        return f"{nbytes / 2**30:.2f} GiB"
-    if nbytes >= 1 << 20:
-        return f"{nbytes / 2**20:.1f} MiB"
-    if nbytes >= 1 << 10:
-        return f"{nbytes / 2**10:.1f} KiB"
-    return f"{nbytes} B"
+def nbytes_text(nbytes: float) -> str:
+    """Bytes for people: ``512 B``, ``3.0 KiB``, ``12.5 MiB``, ``1.25 GiB`` (a negative
+    count keeps its sign)."""
+    size = abs(nbytes)
+    if size < 2**10:
+        return f"{int(nbytes)} B"
+    for unit, scale, digits in (("KiB", 2**10, 1), ("MiB", 2**20, 1), ("GiB", 2**30, 2)):
+        if size < 2**10 * scale or unit == "GiB":
+            return f"{nbytes / scale:.{digits}f} {unit}"
+    raise AssertionError("unreachable")

@@ -19,7 +19,12 @@ from dataclasses import dataclass
 import torch
 import torch.fx as fx
 
-from .nodes import is_dense, is_overlapping, is_view_node, size_hint, tensor_nbytes, view_root
+from .nodes import (is_dense, is_overlapping, is_view_node, module_path, size_hint, source_line,
+                    tensor_nbytes, view_root)
+
+#: :attr:`Candidate.kind` of a value computed in the graph, and of a graph input
+#: (parameter, buffer or model input) or a view of one.
+ACTIVATION, INPUT = "activation", "input"
 
 
 @dataclass(frozen=True)
@@ -36,6 +41,15 @@ class Candidate:
     eligible: bool
     reason: str
     """Why it is eligible or not, in words."""
+    kind: str = ACTIVATION
+    """``"activation"`` (computed in the graph) or ``"input"`` (a parameter, buffer or
+    model input, or a view of one: it outlives the graph)."""
+    module_path: str = ""
+    """The module that computed it (``"blocks.0.attn.qkv"``; for an input, the module of
+    its first reader in forward), ``""`` for the root module or when Dynamo recorded none."""
+    source_line: str = ""
+    """The user's source line that computed it (for an input, its first reader),
+    ``"gpt.py:85 in forward"``, or ``""``."""
 
 
 def _is_plain(val: torch.Tensor) -> bool:
@@ -97,6 +111,7 @@ def analyze_candidates(
     for n in saved:
         saved_roots.setdefault(view_root(n), []).append(n)
 
+    position = {n: i for i, n in enumerate(fw_gm.graph.nodes)}
     out = []
     for node in saved:
         val = node.meta["val"]
@@ -136,6 +151,7 @@ def analyze_candidates(
             reason = "not used by backward"
         else:
             eligible, reason = True, "eligible"
+        origin = _first_reader(node, position) if node.op == "placeholder" else _origin(node)
         out.append(Candidate(
             name=node.name,
             producer=_producer(node),
@@ -145,5 +161,22 @@ def analyze_candidates(
             nbytes=nbytes or 0,
             eligible=eligible,
             reason=reason,
+            kind=ACTIVATION if root.op == "call_function" else INPUT,
+            module_path=origin[0],
+            source_line=origin[1],
         ))
     return out
+
+
+def _origin(node: fx.Node) -> tuple[str, str]:
+    return module_path(node), source_line(node)
+
+
+def _first_reader(node: fx.Node, position: dict[fx.Node, int]) -> tuple[str, str]:
+    """Where a graph input is first read in forward (a placeholder has no origin of its
+    own): the first user, in graph order, that records a module path or a source line."""
+    for user in sorted(node.users, key=position.__getitem__):
+        origin = _origin(user)
+        if any(origin):
+            return origin
+    return "", ""

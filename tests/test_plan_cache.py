@@ -93,7 +93,7 @@ def test_explain_after_training_reports_the_plan(inductor_caches):
     torch._dynamo.reset()
     cfg = preset("tiny")
     torch.manual_seed(0)
-    report = offload_compiler.explain(GPT(cfg), *make_batch(cfg), **OPTIONS)
+    report = offload_compiler.explain(GPT(cfg), *make_batch(cfg), options=OPTIONS)
     assert report.graphs and "nothing to decide" not in str(report)
     assert report.decisions == tables.decision_dicts(trained.plans[0])
 

@@ -10,6 +10,8 @@ import sys
 from unittest import mock
 
 import pytest
+
+from offload_compiler.nbytes import nbytes_text
 import torch
 
 import offload_compiler
@@ -210,13 +212,13 @@ def test_memory_plot_has_budget_boundary_units_title_and_measured_curve(plan, tm
     (ax,) = fig.axes
     title = ax.get_title()
     budget = plan.predicted.budget_bytes
-    assert f"graph {plan.graph_id}" in title and f"budget {timeline.size_text(budget)}" in title
+    assert f"graph {plan.graph_id}" in title and f"budget {nbytes_text(budget)}" in title
     assert ax.get_xlabel().startswith("time in the step (ms)")
     assert ax.get_ylabel() == "activation memory (MiB)"
     lines = _lines(ax)
     assert set(lines) >= {"plan (predicted)", "nothing moved (predicted)", "measured",
-                          f"budget {timeline.size_text(budget)}", "forward | backward"}
-    assert list(lines[f"budget {timeline.size_text(budget)}"].get_ydata()) == [budget / MB] * 2
+                          f"budget {nbytes_text(budget)}", "forward | backward"}
+    assert list(lines[f"budget {nbytes_text(budget)}"].get_ydata()) == [budget / MB] * 2
     assert list(lines["forward | backward"].get_xdata()) == [plan.simulation.fw_ms] * 2
     assert list(lines["measured"].get_ydata()) == [b / MB for _, b in measured]
     assert max(lines["plan (predicted)"].get_ydata()) == pytest.approx(plan.predicted.activation_peak_bytes / MB)
@@ -410,4 +412,4 @@ def test_cuda_plan_trace_pairs_every_copy_and_plots_its_budget(tmp_path):
     assert len(_events(trace, "s")) == len(_events(trace, "f")) == len(p.offloaded) > 0
     assert (tmp_path / "graph_000" / "memory.png").read_bytes().startswith(b"\x89PNG")
     (ax,) = plots.memory_figure(p).axes
-    assert f"budget {timeline.size_text(p.predicted.budget_bytes)}" in _lines(ax)
+    assert f"budget {nbytes_text(p.predicted.budget_bytes)}" in _lines(ax)

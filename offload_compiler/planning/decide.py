@@ -75,5 +75,6 @@ def _record(c: Candidate, decision: Decision, reason: str) -> DecisionRecord:
     return DecisionRecord(
         name=c.name, producer=c.producer, shape=c.shape,
         dtype=str(c.dtype).removeprefix("torch."), device=c.device, nbytes=c.nbytes,
-        decision=decision, reason=reason,
+        decision=decision, reason=reason, module_path=c.module_path, source_line=c.source_line,
+        kind=c.kind,
     )

@@ -6,5 +6,5 @@
 - ``plots``: matplotlib plots (memory over the step, the comparison); an optional extra.
 - ``graph_text``: readable graph code with transfer annotations.
 - ``dump``: one folder per compiled graph.
-- ``explain``: trace and plan a model, and report, without training it.
+- ``explain``: trace and plan a model on fake tensors, and report, without running it.
 """

@@ -3,7 +3,7 @@
 A dump may be partial (the run stopped, the disk filled, a file was deleted): each
 folder shows what it has, a line on stderr says what it lacks, and the command exits
 with 1 only when nothing at all could be shown (or the ``--timeline`` file could not be
-written). ``--graph N`` picks the dump folder ``graph_NNN``; headings give the graph id
+written). ``--top N`` cuts each decision table to its N largest rows. ``--graph N`` picks the dump folder ``graph_NNN``; headings give the graph id
 the plan was logged with as well (see ``reporting/dump.py`` for the two numbers).
 """
 
@@ -31,6 +31,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--code", choices=CODE_KINDS, default=None,
                         help="print that graph's annotated code (the last stage written)")
     parser.add_argument("--timeline", default=None, help="write one Chrome trace of every graph here")
+    parser.add_argument("--top", type=_rows, default=None,
+                        help="at most N rows per decision table section, largest first, with a line "
+                             "saying what was left out (default: every row, as plan.txt has them)")
+
+
+def _rows(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if n <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of rows; give 1 or more")
+    return n
 
 
 def _folder_number(text: str) -> int:
@@ -60,7 +73,8 @@ def main_inspect(args: argparse.Namespace) -> int:
                  f"one that is there: {', '.join(str(n) for n, _ in folders)}")
             return 1
         folders = chosen
-    show = (lambda f: show_code(f, args.code)) if args.code else show_plan
+    top = getattr(args, "top", None)
+    show = (lambda f: show_code(f, args.code)) if args.code else (lambda f: show_plan(f, top))
     shown = sum(show(folder) for _, folder in folders)
     status = 0
     if args.timeline:
@@ -81,8 +95,10 @@ def graph_folders(root: Path) -> list[tuple[int, Path]]:
     return sorted(found)
 
 
-def show_plan(folder: Path) -> bool:
-    """Print the folder's summary and decision table; say what is missing."""
+def show_plan(folder: Path, top: int | None = None) -> bool:
+    """Print the folder's summary and decision table (with ``top``, the table is made
+    again from ``plan.json``'s records, at most ``top`` rows per section); say what is
+    missing."""
     texts, missing = {}, []
     for name in TEXT_FILES:
         text, problem = _read(folder, name)
@@ -99,11 +115,29 @@ def show_plan(folder: Path) -> bool:
     if not texts:
         return False
     graph_id = _graph_id(folder, texts.get("summary.txt"))
+    if top is not None and "plan.txt" in texts:
+        table = _top_table(folder, top)
+        if table is not None:
+            first = texts["plan.txt"].split("\n", 1)[0]
+            texts["plan.txt"] = f"{first}\n{table}\n"
     print(f"== dump folder {folder.name}" + (f": graph {graph_id}" if graph_id is not None else "") + " ==")
     for name in TEXT_FILES:
         if name in texts:
             print(texts[name])
     return True
+
+
+def _top_table(folder: Path, top: int) -> str | None:
+    """The decision table of ``plan.json``'s records cut to ``top`` rows per section, or
+    ``None`` (said on stderr: the full ``plan.txt`` is shown instead)."""
+    from .tables import decision_table
+
+    data = _read_json(folder, "plan.json")
+    records = data.get("decisions") if isinstance(data, dict) else None
+    if not isinstance(records, list) or not all(isinstance(d, dict) for d in records):
+        _err(f"{folder.name}: plan.json has no decision records; --top ignored, plan.txt shown whole")
+        return None
+    return decision_table(records, top=top)
 
 
 def show_code(folder: Path, kind: str) -> bool:

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from .records import GraphPlan
-from .timeline import size_text
+from ..nbytes import nbytes_text
 
 log = logging.getLogger(__name__)
 
@@ -102,7 +102,7 @@ def memory_figure(plan: GraphPlan, *, config: Any = None,
         ax.plot([t for t, _ in measured], [b / scale for _, b in measured], color=MEASURED_COLOR,
                 lw=1.4, label="measured")
     if budget >= 0:
-        ax.axhline(budget / scale, color="black", ls="--", lw=1, label=f"budget {size_text(budget)}")
+        ax.axhline(budget / scale, color="black", ls="--", lw=1, label=f"budget {nbytes_text(budget)}")
     if sim is not None:
         ax.axvline(sim.fw_ms, color="gray", ls=":", lw=1.2, label="forward | backward")
         ax.annotate("forward ", (sim.fw_ms, 1), xycoords=("data", "axes fraction"), ha="right",
@@ -126,7 +126,7 @@ def memory_figure(plan: GraphPlan, *, config: Any = None,
 
 def _memory_title(plan: GraphPlan, budget: int, config: Any) -> str:
     if budget >= 0:
-        bound = f"budget {size_text(budget)}"
+        bound = f"budget {nbytes_text(budget)}"
     elif config is not None and getattr(config, "policy", "cost_model") != "cost_model":
         bound = f'policy="{config.policy}", no budget'
     elif config is not None:
@@ -136,8 +136,8 @@ def _memory_title(plan: GraphPlan, budget: int, config: Any) -> str:
     line = f"graph {plan.graph_id}: activation memory over the step, {bound}"
     if plan.predicted is not None:
         p = plan.predicted
-        line += (f"\npredicted peak {size_text(p.activation_peak_bytes)} (nothing moved: "
-                 f"{size_text(p.baseline_activation_peak_bytes)}), step {p.step_ms:.2f} ms "
+        line += (f"\npredicted peak {nbytes_text(p.activation_peak_bytes)} (nothing moved: "
+                 f"{nbytes_text(p.baseline_activation_peak_bytes)}), step {p.step_ms:.2f} ms "
                  f"(nothing moved: {p.baseline_step_ms:.2f} ms)")
     return line
 

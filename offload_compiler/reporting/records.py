@@ -13,9 +13,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
+from passes.analyze_candidates import ACTIVATION, INPUT  # DecisionRecord.kind
 from passes.nodes import planned_sizes
 
 from ..decision import Decision
+from ..nbytes import nbytes_text
 
 
 #: The fields of :class:`Predictions` that add up over a model's graphs.
@@ -105,14 +107,28 @@ class Predictions(Mapping):
 
 @dataclass(frozen=True)
 class DecisionRecord:
+    """One tensor the forward saves for backward, what was decided for it, and why."""
+
     name: str
+    """Its name in the forward graph (``mm_3``)."""
     producer: str
+    """The op that made it (``aten.mm.default``; ``placeholder`` for a graph input)."""
     shape: tuple
     dtype: str
     device: str
     nbytes: int
     decision: Decision
     reason: str
+    module_path: str = ""
+    """The module that computed it, ``"blocks.0.attn.qkv"`` (for a graph input, the module
+    of its first reader); ``""`` for the root module or where Dynamo recorded none."""
+    source_line: str = ""
+    """The source line that computed it (for a graph input, its first reader),
+    ``"gpt.py:85 in forward"``, or ``""``."""
+    kind: str = ACTIVATION
+    """``"activation"``, or ``"input"``: a parameter, buffer or model input (or a view of
+    one), saved as it is; it outlives the graph, so it is always kept and is not counted
+    among the saved activations."""
 
 
 @dataclass
@@ -163,10 +179,20 @@ class GraphPlan:
                  f"({_signed(p.step_ms / m.step_ms - 1) if m.step_ms else 'n/a'}), "
                  f"stalls {m.stall_ms:.2f} ms vs {p.stall_ms:.2f} ms"]
         if m.step_peak_bytes is not None:
-            parts.append(f"step peak {_mib(m.step_peak_bytes)} measured vs {_mib(p.step_peak_bytes)} "
+            parts.append(f"step peak {nbytes_text(m.step_peak_bytes)} measured vs {nbytes_text(p.step_peak_bytes)} "
                          f"predicted ({_signed(p.step_peak_bytes / m.step_peak_bytes - 1) if m.step_peak_bytes else 'n/a'}), "
                          f"in {m.peak_phase or 'n/a'}")
         return f"graph {self.graph_id}: " + "; ".join(parts)
+
+    @property
+    def activations(self) -> list[DecisionRecord]:
+        """The saved values computed in the graph (graph inputs apart)."""
+        return [d for d in self.decisions if d.kind == ACTIVATION]
+
+    @property
+    def inputs(self) -> list[DecisionRecord]:
+        """Parameters, buffers and model inputs (or views of them) saved for backward."""
+        return [d for d in self.decisions if d.kind == INPUT]
 
     @property
     def recomputed(self) -> list[DecisionRecord]:
@@ -182,10 +208,12 @@ class GraphPlan:
 
     @property
     def saved_bytes(self) -> int:
-        return sum(d.nbytes for d in self.decisions)
+        """Bytes of the saved activations (graph inputs are not counted)."""
+        return sum(d.nbytes for d in self.activations)
 
     def summary(self) -> str:
-        kept = len(self.decisions) - len(self.offloaded) - len(self.recomputed)
+        activations, inputs = self.activations, self.inputs
+        kept = len(activations) - len(self.offloaded) - len(self.recomputed)
         if self.off_device:
             devices = sorted({d.device for d in self.decisions})
             return (
@@ -193,12 +221,14 @@ class GraphPlan:
                 f"on {', '.join(devices)}); the graph passes through unchanged"
             )
         return (
-            f"graph {self.graph_id}: {len(self.decisions)} saved activations "
-            f"({_mib(self.saved_bytes)}), {len(self.offloaded)} offloaded "
-            f"({_mib(self.offloaded_bytes)}), {len(self.recomputed)} recomputed, {kept} kept"
+            f"graph {self.graph_id}: {len(activations)} saved activations "
+            f"({nbytes_text(self.saved_bytes)}), {len(self.offloaded)} offloaded "
+            f"({nbytes_text(self.offloaded_bytes)}), {len(self.recomputed)} recomputed, {kept} kept"
+            + (f" (and {len(inputs)} parameters or inputs saved as they are, "
+               f"{nbytes_text(sum(d.nbytes for d in inputs))})" if inputs else "")
             + (
-                f"; predicted activation peak {_mib(int(self.predicted.activation_peak_bytes))} "
-                f"(was {_mib(int(self.predicted.baseline_activation_peak_bytes))}), step "
+                f"; predicted activation peak {nbytes_text(int(self.predicted.activation_peak_bytes))} "
+                f"(was {nbytes_text(int(self.predicted.baseline_activation_peak_bytes))}), step "
                 f"{self.predicted.step_ms:.2f} ms (was {self.predicted.baseline_step_ms:.2f} ms)"
                 if self.predicted else ""
             )
@@ -210,10 +240,6 @@ class GraphPlan:
 def sizes_text(sizes: Mapping[str, int]) -> str:
     """``s0=256, s1=257``: symbol values as a plan states them."""
     return ", ".join(f"{name}={value}" for name, value in sizes.items())
-
-
-def _mib(nbytes: int) -> str:
-    return f"{nbytes / 2**20:.1f} MiB"
 
 
 def _signed(fraction: float) -> str:

@@ -25,6 +25,7 @@ import torch.fx as fx
 from passes.nodes import called_op, module_path, source_line, tensor_bytes
 
 from .._version import SCHEMA_VERSION
+from ..nbytes import nbytes_text
 from .records import GraphPlan
 
 LANES = ("compute", "d2h", "h2d")
@@ -193,7 +194,7 @@ def _slices(plan: GraphPlan, pid: int) -> list[dict[str, Any]]:
             label = f"{what} {source.label}" if source else f"{what} {tensor}"
             args = {**_origin_args(source), "tensor": tensor}
             if value is not None:
-                args.update(bytes=size_text(value.nbytes), nbytes=value.nbytes,
+                args.update(bytes=nbytes_text(value.nbytes), nbytes=value.nbytes,
                             decision=value.decision.value)
             if lane == "h2d" and at is not None:
                 args["issued before"] = at.label
@@ -220,7 +221,7 @@ def _origin_args(at: Origin | None) -> dict[str, Any]:
     if at is None:
         return {}
     return {"node": at.node, "op": at.target, "module": at.module or "(root)",
-            "source": at.source or "(unknown)", "bytes": size_text(at.nbytes), "nbytes": at.nbytes}
+            "source": at.source or "(unknown)", "bytes": nbytes_text(at.nbytes), "nbytes": at.nbytes}
 
 
 def _phases(pid: int, fw_ms: float, step_ms: float) -> list[dict[str, Any]]:
@@ -259,11 +260,3 @@ def _measured(graph_id: int, events: list[dict[str, Any]],
             raise ValueError(f"measured_memory[{i}] is {point!r}; give (ms, bytes) pairs")
     out += _counter(pid, "activation memory (measured)", [(float(t), int(b)) for t, b in memory])
     return out
-
-
-def size_text(nbytes: float) -> str:
-    """``1.5 MiB``: bytes in the largest binary unit (up to GiB) that keeps the number >= 1."""
-    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if abs(nbytes) >= scale:
-            return f"{nbytes / scale:.1f} {unit}"
-    return f"{nbytes:.0f} B"

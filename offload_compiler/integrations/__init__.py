@@ -1,0 +1,1 @@
+"""Using the backend with training libraries (``huggingface``: Trainer and accelerate)."""
