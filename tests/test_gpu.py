@@ -390,7 +390,7 @@ def test_memory_limit_holds_on_the_measured_peak():
     for _ in range(3):
         base_act, base_peak = _act_of_one_step(base, model, idx, tgt)
     torch._dynamo.reset()
-    low = torch.compile(model, backend=backend(memory_budget=0.2, replan=False))
+    low = torch.compile(model, backend=backend(memory_budget=0.5, replan=False))
     for _ in range(3):
         _, low_peak = _act_of_one_step(low, model, idx, tgt)
     torch._dynamo.reset()
@@ -398,7 +398,7 @@ def test_memory_limit_holds_on_the_measured_peak():
     b = backend(memory_limit=f"{limit}B")
     compiled = torch.compile(model, backend=b)
     peaks = [_act_of_one_step(compiled, model, idx, tgt)[1] for _ in range(14)]
-    print(f"limit {limit / 2**20:.0f} MiB; baseline peak {base_peak / 2**20:.0f} MiB, budget 0.2 "
+    print(f"limit {limit / 2**20:.0f} MiB; baseline peak {base_peak / 2**20:.0f} MiB, budget 0.5 "
           f"{low_peak / 2**20:.0f} MiB; peaks "
           f"{[round(p / 2**20) for p in peaks]} MiB;", [p.summary() for p in b.plans])
     assert b.settled
