@@ -4,7 +4,7 @@ State lives here, outside any compiled graph, so that graphs compiled one block 
 time share streams and buffers.
 """
 
-from . import ops, streams
+from . import chain, ops, streams
 from .pool import HostPool, PoolStats, empty_host_pool, host_pool
 
-__all__ = ["HostPool", "PoolStats", "empty_host_pool", "host_pool", "ops", "streams"]
+__all__ = ["HostPool", "PoolStats", "chain", "empty_host_pool", "host_pool", "ops", "streams"]

@@ -1,0 +1,301 @@
+"""One block at a time (``per_block``): each block of the example GPT compiled on its own,
+its first reloads prefetched by the previous block's backward (loopback, CPU).
+
+The order of operations is read from the runtime's recorder (``chain.record``), never
+from timing. A marker after each block records when that block's backward starts.
+"""
+
+import copy
+import dataclasses
+import gc
+
+import pytest
+import torch
+
+import offload_compiler
+from offload_compiler.decision import OFFLOAD
+from offload_compiler.models.gpt import GPT, make_batch, preset
+from offload_compiler.planning.simulator import Lanes, SimTensor, simulate
+from offload_compiler.runtime import chain, host_pool
+
+CFG = preset("tiny", n_layers=3)
+MB = 1 << 20
+
+
+class _Mark(torch.autograd.Function):
+    """Identity; its backward (which runs right before the marked block's backward)
+    appends ``("backward", i)`` to the recorder, or raises if asked."""
+
+    @staticmethod
+    def forward(ctx, x, steps, i, fail):
+        ctx.steps, ctx.i, ctx.fail = steps, i, fail
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx, grad):
+        if ctx.fail:
+            raise RuntimeError(f"injected failure before block {ctx.i}'s backward")
+        if ctx.steps is not None:
+            ctx.steps.append(("backward", ctx.i))
+        return grad, None, None, None
+
+
+class Marked(torch.nn.Module):
+    def __init__(self, block, i):
+        super().__init__()
+        self.block, self.i = block, i
+        self.steps, self.fail = None, False
+
+    def forward(self, x):
+        return _Mark.apply(self.block(x), self.steps, self.i, self.fail)
+
+
+def _model(cfg=CFG):
+    torch.manual_seed(0)
+    return GPT(cfg)
+
+
+def _per_block(model, **options):
+    """A copy of ``model`` with every block compiled on its own (one backend for all, so
+    Dynamo reuses one graph) and marked; returns (model, backend)."""
+    torch._dynamo.reset()
+    model = copy.deepcopy(model)
+    backend = offload_compiler.make_backend(
+        **{"devices": ("cpu",), "inner_compiler": "eager", "min_offload_bytes": 0, **options})
+    for i, block in enumerate(model.blocks):
+        block.compile(backend=backend)
+        model.blocks[i] = Marked(block, i)
+    return model, backend
+
+
+def _step(model, batches, steps=None):
+    """One optimizer step's gradients over ``batches`` (micro-batches accumulated)."""
+    for b in model.blocks:
+        b.steps = steps
+    for idx, tgt in batches:
+        model(idx, tgt).backward()
+    grads = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad(set_to_none=True)
+    return grads
+
+
+def _assert_bitwise(ref, got):
+    for i, (a, b) in enumerate(zip(ref, got)):
+        assert torch.equal(a, b), f"gradient {i} differs by {(a - b).abs().max()}"
+
+
+def _ops(steps, op):
+    return [i for i, s in enumerate(steps) if s[0] == op]
+
+
+def _nothing_left(in_use_before):
+    gc.collect()
+    assert chain.pending() == chain.Pending(0, 0, 0, 0)
+    assert host_pool().stats().in_use_bytes == in_use_before
+
+
+@pytest.fixture
+def in_use_before():
+    gc.collect()
+    chain.clear()
+    return host_pool().stats().in_use_bytes
+
+
+def test_gradients_bitwise_and_first_reloads_issued_before_their_block_backward(in_use_before):
+    model = _model()
+    batch = [make_batch(CFG)]
+    ref, _ = _per_block(model, policy="none")
+    want = [_step(ref, batch) for _ in range(2)]
+    got, backend = _per_block(model, policy="all", per_block=True)
+    for step in range(2):
+        with chain.record() as steps:
+            grads = _step(got, batch, steps)
+        _assert_bitwise(want[step], grads)
+        n = CFG.n_layers
+        calls = {s.call for s in steps if s[0] == "push"}
+        assert len(calls) == n  # forward calls registered in forward order
+        first = min(calls)
+        starts = {s[1]: k for k, s in enumerate(steps) if s[0] == "backward"}
+        assert list(starts) == list(range(n - 1, -1, -1))  # backwards run last block first
+        for i in range(n - 1):
+            call = first + i
+            prefetch = [k for k in _ops(steps, "prefetch") if steps[k].call == call]
+            take = [k for k in _ops(steps, "take") if steps[k].call == call]
+            # Block i's first reload was issued while block i + 1's backward ran, before
+            # block i's backward started, and block i's backward took it.
+            assert prefetch and prefetch[0] < starts[i], (i, steps)
+            assert prefetch[0] > starts[i + 1], (i, steps)
+            assert take and take[0] > starts[i] and len(take) == len(prefetch)
+        # The last block's backward runs first: nothing before it to prefetch its reloads.
+        last = first + n - 1
+        assert not [k for k in _ops(steps, "prefetch") if steps[k].call == last]
+    assert len(backend.plans) == 1  # one graph, called once per block
+    _nothing_left(in_use_before)
+
+
+def test_a_block_alone_runs_and_prefetches_nothing(in_use_before):
+    cfg = preset("tiny", n_layers=1)
+    model, batch = _model(cfg), [make_batch(cfg)]
+    ref, _ = _per_block(model, policy="none")
+    got, _ = _per_block(model, policy="all", per_block=True)
+    with chain.record() as steps:
+        grads = _step(got, batch, steps)
+    _assert_bitwise(_step(ref, batch), grads)
+    assert _ops(steps, "push") and not _ops(steps, "prefetch") and not _ops(steps, "take")
+    _nothing_left(in_use_before)
+
+
+def test_no_grad_forward_registers_nothing(in_use_before):
+    model, (idx, _) = _model(), make_batch(CFG)
+    got, _ = _per_block(model, policy="all", per_block=True)
+    acquires = host_pool().stats().acquires
+    with chain.record() as steps, torch.no_grad():
+        got(idx)
+    assert not steps and host_pool().stats().acquires == acquires
+    _nothing_left(in_use_before)
+
+
+def test_gradient_accumulation_over_two_micro_batches(in_use_before):
+    model = _model()
+    batches = [make_batch(CFG, seed=1), make_batch(CFG, seed=2)]
+    ref, _ = _per_block(model, policy="none")
+    got, _ = _per_block(model, policy="all", per_block=True)
+    want = _step(ref, batches)
+    with chain.record() as steps:
+        grads = _step(got, batches, steps)
+    _assert_bitwise(want, grads)
+    # Each micro-batch: every block but the last had its first reloads prefetched and taken.
+    assert len(_ops(steps, "take")) == len(_ops(steps, "prefetch")) == 2 * (CFG.n_layers - 1)
+    assert not _ops(steps, "discard")
+    _nothing_left(in_use_before)
+
+
+def test_forward_twice_then_two_backwards_in_reverse_order(in_use_before):
+    """Two micro-batches' forwards, then their backwards, the last forward's first: the
+    first micro-batch's last block is prefetched by the second's first block."""
+    model = _model()
+    batches = [make_batch(CFG, seed=1), make_batch(CFG, seed=2)]
+    ref, _ = _per_block(model, policy="none")
+    got, _ = _per_block(model, policy="all", per_block=True)
+    want = _step(ref, batches)
+    with chain.record() as steps:
+        losses = [got(idx, tgt) for idx, tgt in batches]
+        for loss in reversed(losses):
+            loss.backward()
+    del losses
+    grads = [p.grad.clone() for p in got.parameters()]
+    for a, b in zip(want, grads):
+        torch.testing.assert_close(a, b)  # summed in another order: not bitwise
+    assert len(_ops(steps, "take")) == len(_ops(steps, "prefetch")) == 2 * CFG.n_layers - 1
+    _nothing_left(in_use_before)
+
+
+def test_exception_in_backward_leaves_nothing_held(in_use_before):
+    model, batch = _model(), [make_batch(CFG)]
+    ref, _ = _per_block(model, policy="none")
+    got, _ = _per_block(model, policy="all", per_block=True)
+    got.blocks[0].fail = True  # raises right before block 0's backward
+    with chain.record() as steps:
+        with pytest.raises(RuntimeError, match="injected failure"):
+            _step(got, batch, [])
+        got.zero_grad(set_to_none=True)
+        gc.collect()
+        # Block 0's first reload was prefetched by block 1's backward, then never taken.
+        assert chain.pending() == chain.Pending(0, 0, 0, 0)
+        assert _ops(steps, "prefetch") and _ops(steps, "discard")
+    assert host_pool().stats().in_use_bytes == in_use_before
+    got.blocks[0].fail = False
+    _assert_bitwise(_step(ref, batch), _step(got, batch))
+    _nothing_left(in_use_before)
+
+
+def test_other_input_shapes_are_still_right(in_use_before):
+    model = _model()
+    batches = [make_batch(CFG, seq_len=n) for n in (64, 32, 48)]
+    ref, _ = _per_block(model, policy="none")
+    got, _ = _per_block(model, policy="all", per_block=True)
+    for batch in batches:
+        want = _step(ref, [batch])
+        with chain.record() as steps:
+            grads = _step(got, [batch], steps)
+        _assert_bitwise(want, grads)
+        assert not _ops(steps, "discard")
+    _nothing_left(in_use_before)
+
+
+def test_backward_twice_with_retain_graph(in_use_before):
+    model, (idx, tgt) = _model(), make_batch(CFG)
+    ref, _ = _per_block(model, policy="none")
+    got, _ = _per_block(model, policy="all", per_block=True)
+    want = _step(ref, [(idx, tgt)])
+    loss = got(idx, tgt)
+    loss.backward(retain_graph=True)
+    first = [p.grad.clone() for p in got.parameters()]
+    got.zero_grad(set_to_none=True)
+    loss.backward()  # the calls are off the chain: each backward reloads its own
+    _assert_bitwise(want, first)
+    _assert_bitwise(want, [p.grad for p in got.parameters()])
+    del loss
+    _nothing_left(in_use_before)
+
+
+def test_inductor_keeps_the_chain_ops(in_use_before):
+    """Under Inductor the ops survive dead-code elimination and keep their order."""
+    cfg = preset("tiny", n_layers=2)
+    model, batch = _model(cfg), [make_batch(cfg)]
+    want = _step(copy.deepcopy(model), batch)  # eager, uncompiled
+    got, _ = _per_block(model, policy="all", per_block=True, inner_compiler="inductor")
+    with chain.record() as steps:
+        grads = _step(got, batch, steps)
+    for a, b in zip(want, grads):
+        torch.testing.assert_close(a, b)
+    assert len(_ops(steps, "take")) == len(_ops(steps, "prefetch")) == cfg.n_layers - 1
+    _nothing_left(in_use_before)
+
+
+def test_per_block_option_is_validated():
+    with pytest.raises(ValueError, match=r"per_block='yes' is not valid; give True or False"):
+        offload_compiler.make_backend(per_block="yes")
+
+
+# -- the planner's model of a chain (simulator, on hand-built steps) ----------------
+
+LANES = Lanes(d2h_gbps=10.0, h2d_gbps=10.0)  # 10 MB: 1.05 ms a copy
+CHAINED = dataclasses.replace(LANES, chained=True)
+
+
+def T(name, nbytes, produced, last_fw, first_bw, last_bw):
+    return SimTensor(name, nbytes, produced, last_fw, first_bw, last_bw, OFFLOAD)
+
+
+def test_chained_first_reload_lands_during_the_previous_backward():
+    # A is read by the first backward op: alone, backward waits for its whole copy.
+    ts = [T("A", 10 * MB, 0, 0, 0, 0)]
+    alone = simulate([5, 5], [1, 5, 5], ts, LANES)
+    chained = simulate([5, 5], [1, 5, 5], ts, CHAINED)
+    assert alone.stall_ms == pytest.approx(10 * MB / 1e10 * 1e3)
+    assert chained.stall_ms == 0 and chained.prefetched == ("A",)
+    # The next call's A is issued where it still ends, with the lead, before the end of
+    # backward, and held from there: the peak counts both calls' A.
+    assert chained.next_call_before == 2
+    assert chained.prefetch_lead_ms == pytest.approx(5)
+    assert chained.peak_bytes == 2 * 10 * MB > alone.peak_bytes
+
+
+def test_chained_prefetch_waits_for_the_calls_own_reloads():
+    # B is reloaded late in backward, on the same copy engine: the next call's A goes after it.
+    ts = [T("A", 10 * MB, 0, 0, 0, 0), T("B", 30 * MB, 0, 0, 2, 2)]
+    r = simulate([5, 5], [1, 5, 5], ts, CHAINED)
+    assert r.next_call_before >= r.reload_before["B"]
+
+
+def test_chained_release_at_the_end_of_forward_is_carried():
+    # B is produced by the last forward op: alone, forward waits for its copy.
+    ts = [T("B", 10 * MB, 1, 1, 1, 1)]
+    alone = simulate([5, 1], [5, 5], ts, LANES)
+    chained = simulate([5, 1], [5, 5], ts, CHAINED)
+    assert alone.stall_ms > 0 and alone.fw_ms > 6
+    assert chained.stall_ms == 0 and chained.fw_ms == pytest.approx(6)
+    assert chained.carried_bytes == 10 * MB
+    # Its copy runs into the next call's forward (the copy engine is shared by the calls).
+    assert chained.d2h_spill_ms == pytest.approx(10 * MB / 1e10 * 1e3)
