@@ -4,6 +4,7 @@ Compare the offload backend with the strategies a user would otherwise use, on t
 
     python -m offload_compiler compare --preset tiny --device cpu --steps 3 --out out/
     python -m offload_compiler compare --model mypkg.models:make --device cuda --budgets 0.5,0.2
+    python -m offload_compiler compare --device cuda --compile per-block --distributed fsdp2 --nproc 2
 
 Strategies: ``eager``; ``inductor``; ``full_ac`` (Inductor, every repeated block under
 ``torch.utils.checkpoint``); ``sac`` (Inductor, selective checkpointing saving matmul and
@@ -18,6 +19,11 @@ For each: median step time (compilation and warm-up excluded, synchronised), pea
 memory, activation memory (peak minus the memory held before forward), tokens (or
 samples) per second, compile time (first step), and the first step's loss and gradient
 norm, which every strategy must agree on (a disagreement is flagged).
+
+``--compile per-block`` compiles every strategy one block at a time (the children of the
+largest ``nn.ModuleList``, or of ``--blocks``; checkpointing still wraps each block), and
+the offload rows with ``per_block=True``. ``--distributed ddp|fsdp2 --nproc N`` runs
+each strategy on N processes (``distributed.py``); rank 0 reports, memory per rank.
 """
 
 from __future__ import annotations
@@ -32,7 +38,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from .run import DTYPES, STRATEGY_HELP, Row
+from .distributed import KINDS
+from .run import COMPILE_MODES, DTYPES, STRATEGY_HELP, Row
 
 def strategies_for(requested: list[str] | None, budgets: list[float]) -> list[str]:
     if requested:
@@ -51,12 +58,15 @@ def compare(*, preset: str | None = "tiny", model: str | None = None, device: st
             dtype: str = "float32", steps: int = 5, warmup: int = 2,
             budgets: tuple[float, ...] = (0.5, 0.2), strategies: list[str] | None = None,
             blocks: str | None = None, out: str | Path | None = None,
-            timeout_s: float = 1800, offload_options: dict[str, Any] | None = None) -> list[Row]:
+            timeout_s: float = 1800, offload_options: dict[str, Any] | None = None,
+            compile_mode: str = "whole", distributed: str | None = None, nproc: int = 2) -> list[Row]:
     """Run every strategy in its own process; returns the rows (also written to ``out``,
     rewritten after each row).
 
     ``offload_options`` are extra ``OffloadConfig`` options for the ``offload:*``
-    strategies (``memory_budget`` and ``devices`` come from the strategy name)."""
+    strategies (``memory_budget`` and ``devices`` come from the strategy name).
+    ``compile_mode``: ``"whole"`` or ``"per-block"``; ``distributed``: ``None``, ``"ddp"`` or
+    ``"fsdp2"`` on ``nproc`` processes."""
     from ..config import OffloadConfig
 
     offload_options = dict(offload_options or {})
@@ -69,15 +79,26 @@ def compare(*, preset: str | None = "tiny", model: str | None = None, device: st
     for b in budgets:
         if not 0 < b <= 1:
             raise ValueError(f"budget {b} must be in (0, 1]")
+    _check_parallel(compile_mode, distributed, nproc)
     rows = []
     for name in strategies_for(strategies, list(budgets)):
         spec = dict(strategy=name, preset=preset, model=model, device=device, dtype=dtype,
-                    steps=steps, warmup=warmup, blocks=blocks, offload_options=offload_options)
+                    steps=steps, warmup=warmup, blocks=blocks, offload_options=offload_options,
+                    compile=compile_mode, distributed=distributed, nproc=nproc, timeout_s=timeout_s)
         rows.append(_run_in_subprocess(spec, timeout_s, Path(out) if out is not None else None))
         _flag_disagreements(rows, dtype)
         if out is not None:  # after every row: a run cut short keeps what it measured
             write_outputs(rows, Path(out), spec)
     return rows
+
+
+def _check_parallel(compile_mode: str, distributed: str | None, nproc: int) -> None:
+    if compile_mode not in COMPILE_MODES:
+        raise ValueError(f"compile_mode={compile_mode!r} is not valid; choose one of {COMPILE_MODES}")
+    if distributed is not None and distributed not in KINDS:
+        raise ValueError(f"distributed={distributed!r} is not valid; choose None or one of {KINDS}")
+    if isinstance(nproc, bool) or not isinstance(nproc, int) or nproc < 1:
+        raise ValueError(f"nproc={nproc!r} is not valid; give a positive number of processes")
 
 
 def _run_in_subprocess(spec: dict[str, Any], timeout_s: float, out: Path | None = None) -> Row:
@@ -148,6 +169,8 @@ def write_outputs(rows: list[Row], out: Path, spec: dict[str, Any]) -> None:
 
     meta = {"torch": torch.__version__, "device": spec["device"], "dtype": spec["dtype"],
             "preset": spec["preset"], "model": spec["model"], "steps": spec["steps"],
+            "compile": spec.get("compile", "whole"), "distributed": spec.get("distributed"),
+            "nproc": spec.get("nproc") if spec.get("distributed") else 1,
             "command": " ".join(sys.argv)}
     if spec["device"].startswith("cuda") and torch.cuda.is_available():
         meta["gpu"] = torch.cuda.get_device_name()
@@ -206,6 +229,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--blocks", default=None, help="dotted path of the ModuleList of repeated blocks")
     p.add_argument("--out", default=None, help="folder for compare.json, compare.svg, compare.txt")
     p.add_argument("--timeout", type=float, default=1800, help="seconds per strategy")
+    p.add_argument("--compile", default="whole", choices=COMPILE_MODES,
+                   help="compile the whole model, or each block on its own (as torchtitan)")
+    p.add_argument("--distributed", default=None, choices=KINDS,
+                   help="run each strategy under DDP or FSDP2 on --nproc processes (rank 0 reports)")
+    p.add_argument("--nproc", type=int, default=2, help="processes with --distributed (one GPU each)")
     p.add_argument("--offload-options", type=json.loads, default=None,
                    help='extra OffloadConfig options for the offload:* strategies, as JSON, '
                         'e.g. \'{"node_costs": "profile"}\'')
@@ -218,6 +246,7 @@ def main_compare(args: argparse.Namespace) -> int:
     rows = compare(preset=None if args.model else args.preset, model=args.model, device=args.device,
                    dtype=dtype, steps=args.steps, warmup=args.warmup, budgets=budgets,
                    strategies=strategies, blocks=args.blocks, out=args.out, timeout_s=args.timeout,
-                   offload_options=args.offload_options)
+                   offload_options=args.offload_options, compile_mode=args.compile,
+                   distributed=args.distributed, nproc=args.nproc)
     print(table(rows))
     return 0 if any(r.status == "ok" for r in rows) else 1
