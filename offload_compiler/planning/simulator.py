@@ -36,6 +36,9 @@ previous call's backward (``docs/design.md``, "Calls in a chain"):
 
 - a release at the end of forward does not wait: the next call completes it, and the
   copy engine starts the next call's forward with what this one left (its D2H spill);
+  where the spill grows from one call to the next, the copy engine has more than a
+  forward's worth of copies per call and falls behind with every call: the growth is
+  counted as a wait of this call;
   the source is freed at the end of this forward as seen from this call, and is held
   at the start of the next one until its first release;
 - the reloads issued at the top of backward (``P``) are prefetched by the previous
@@ -47,6 +50,13 @@ previous call's backward (``docs/design.md``, "Calls in a chain"):
 
 The previous call is this same call: the step is simulated twice, the second time with
 the first's spill, carried bytes and prefetch lead.
+
+Chained, ``peak_bytes`` (what a budget bounds and the solver lowers) is what the call
+holds between its forward and its backward: in a chain of N calls the step's peak is
+N - 1 calls' worth of that, while the last call's backward runs, plus that backward's
+own peak, so for the long chains of a model's layers it is what matters. The peak
+within the call (its backward, with the next call's prefetched reloads) is kept as
+``call_peak_bytes``.
 """
 
 from __future__ import annotations
@@ -120,6 +130,8 @@ class SimResult:
     step_peak_bytes: int = 0
     """Peak of activations and ``transients`` together (0 without ``transients``)."""
     step_peak_time_ms: float = 0.0
+    call_peak_bytes: int = 0
+    """The peak within the step (``peak_bytes`` but with ``Lanes.chained``)."""
     d2h_spill_ms: float = 0.0
     """How long the D2H copies ran past the end of forward (chained: into the next call)."""
     carried_bytes: int = 0
@@ -269,6 +281,7 @@ def simulate(fw_ms: list[float], bw_ms: list[float], tensors: list[SimTensor], l
     prefetch_start = 0.0
 
     # ---- backward: run ---------------------------------------------------------
+    bw_order = order  # memory changes from here on are backward's
     # A reload never starts before the copy out ended (chained: other calls ran between).
     h2d_free = t if chained else max(t, d2h_free)
     landed = fw_end - lead_ms  # chained: where the previous call's prefetch of ``first`` stands
@@ -326,12 +339,14 @@ def simulate(fw_ms: list[float], bw_ms: list[float], tensors: list[SimTensor], l
         mem(t, -sum(x.nbytes for x in first))
 
     # ---- memory ---------------------------------------------------------------
-    held, peak, peak_t, end_fw = 0, 0, 0.0, 0
+    held, peak, peak_t, end_fw, between = 0, 0, 0.0, 0, 0
     curve = []
-    for time_ms, _, delta in sorted(mem_deltas + out_deltas):
+    for time_ms, k, delta in sorted(mem_deltas + out_deltas):
         held += delta
         if time_ms <= fw_end:
             end_fw = held
+        if k < bw_order:
+            between = held
         if held > peak:
             peak, peak_t = held, time_ms
         if record:
@@ -346,12 +361,20 @@ def simulate(fw_ms: list[float], bw_ms: list[float], tensors: list[SimTensor], l
             for op in (*range(x.produced, n_fw), *range(n_fw, n_fw + reload_before[x.name] + 1)):
                 host[op] += x.nbytes
         step_peak, step_peak_t = step_peak_of(mem_deltas, transients, op_span, n_fw, host)
+    call_peak = peak
+    spill = max(0.0, d2h_free - fw_end)
+    if chained:  # what a call holds while the other calls run (module docstring)
+        peak, peak_t, end_fw = between, fw_end, between
+        # A copy engine given more than a forward's worth of copies per call falls
+        # further behind with every call: some call waits for the excess.
+        behind = max(0.0, spill - previous.d2h_spill_ms) if previous is not _FIRST_CALL else 0.0
+        stall, t = stall + behind, t + behind
     return SimResult(
         step_ms=t, fw_ms=fw_end, bw_ms=t - fw_end, stall_ms=stall, peak_bytes=peak,
-        peak_time_ms=peak_t, end_of_forward_bytes=end_fw, release_after=release_after,
+        peak_time_ms=peak_t, end_of_forward_bytes=end_fw, call_peak_bytes=call_peak, release_after=release_after,
         reload_before=reload_before, copy_ms=copy_time, hidden_ms=hidden, events=events,
         memory=curve, step_peak_bytes=step_peak, step_peak_time_ms=step_peak_t,
-        d2h_spill_ms=max(0.0, d2h_free - fw_end), carried_bytes=carried_out,
+        d2h_spill_ms=spill, carried_bytes=carried_out,
         prefetch_lead_ms=t - prefetch_start if next_call is not None else 0.0,
         next_call_before=next_call, prefetched=tuple(x.name for x in first),
     )
