@@ -129,6 +129,11 @@ def test_gradients_bitwise_and_first_reloads_issued_before_their_block_backward(
         # The last block's backward runs first: nothing before it to prefetch its reloads.
         last = first + n - 1
         assert not [k for k in _ops(steps, "prefetch") if steps[k].call == last]
+        # The residual's release ends each block's forward: carried, and completed by
+        # the next block's first release (the last block's by its backward's first reload).
+        carries, settles = _ops(steps, "carry"), _ops(steps, "settle")
+        assert len(carries) == len(settles) == n
+        assert all(c < s for c, s in zip(carries, settles))
     assert len(backend.plans) == 1  # one graph, called once per block
     _nothing_left(in_use_before)
 
@@ -256,6 +261,52 @@ def test_inductor_keeps_the_chain_ops(in_use_before):
 def test_per_block_option_is_validated():
     with pytest.raises(ValueError, match=r"per_block='yes' is not valid; give True or False"):
         offload_compiler.make_backend(per_block="yes")
+
+
+@pytest.mark.gpu
+def test_per_block_on_a_gpu_with_delayed_copy_streams_bitwise():
+    """On a GPU, with each copy stream spinning ~1 ms before every copy and compute
+    delayed before backward: a missing wait anywhere in the chain (a prefetched reload
+    read early, a carried source freed early) becomes a wrong gradient."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    from offload_compiler.runtime import streams
+
+    cfg = preset("tiny", vocab_size=4096, seq_len=1024, n_layers=3, d_model=1024, n_heads=8,
+                 batch_size=8, dropout=0.1)
+    torch.manual_seed(0)
+    model = GPT(cfg).cuda().to(torch.bfloat16)
+    batch = [make_batch(cfg, "cuda")]
+
+    def run(**options):
+        got, _ = _per_block(model, **{"devices": ("cuda",), "min_offload_bytes": 1 << 20, **options})
+        out = []
+        with sdpa_kernel(SDPBackend.MATH), chain.record() as steps:
+            for step in range(3):
+                torch.manual_seed(step)
+                for b in got.blocks:
+                    b.steps = steps
+                idx, tgt = batch[0]
+                loss = got(idx, tgt)
+                torch.cuda._sleep(5_000_000)
+                loss.backward()
+                out.append([p.grad.clone() for p in got.parameters()])
+                got.zero_grad(set_to_none=True)
+        torch.cuda.synchronize()
+        return out, steps
+
+    want, _ = run(policy="none")
+    streams.set_copy_delay(d2h=2_000_000, h2d=2_000_000)
+    try:
+        grads, steps = run(policy="all", per_block=True)
+    finally:
+        streams.set_copy_delay()
+    for a, b in zip(want, grads):
+        _assert_bitwise(a, b)
+    assert len(_ops(steps, "take")) == len(_ops(steps, "prefetch")) == 3 * (cfg.n_layers - 1)
+    assert len(_ops(steps, "settle")) == len(_ops(steps, "carry"))
+    gc.collect()
+    assert chain.pending() == chain.Pending(0, 0, 0, 0)
 
 
 # -- the planner's model of a chain (simulator, on hand-built steps) ----------------

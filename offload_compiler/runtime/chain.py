@@ -188,7 +188,7 @@ def push_reloads(first: Tensor, hosts: List[Tensor], device: str) -> None:
 def release_later(src: Tensor, host: Tensor, anchor: Optional[Tensor]) -> None:
     """Body of ``offload::release_later``: a release that leaves the wait to a later
     graph; ``src`` is kept alive here until then."""
-    settle(src.device)
+    settle_before(src)
     event = None
     if src.device.type == "cuda" and host.device.type == "cpu":
         block = host_pool().lookup(host)
@@ -196,6 +196,12 @@ def release_later(src: Tensor, host: Tensor, anchor: Optional[Tensor]) -> None:
     with _state.lock:
         _state.carried.append((src, event))
     note("carry", src, host)
+
+
+def settle_before(t: Tensor) -> None:
+    """:func:`settle` on ``t``'s device, if anything is carried (cheap when nothing is)."""
+    if _state.carried:
+        settle(t.device)
 
 
 def settle(device: torch.device) -> None:

@@ -139,7 +139,7 @@ def release_source(src: Tensor, host: Tensor) -> None:
     """Body of ``offload::release``: the compute stream waits for the copy of ``src``
     into ``host``; after that, freeing ``src`` is safe. Releases an earlier graph left
     to this one (``chain.release_later``) complete first."""
-    chain.settle(src.device)
+    chain.settle_before(src)
     chain.note("release", src)
     if src.device.type != "cuda" or host.device.type != "cpu":
         return
