@@ -258,6 +258,30 @@ def test_inductor_keeps_the_chain_ops(in_use_before):
     _nothing_left(in_use_before)
 
 
+def test_planned_prefetch_point_survives_the_plan_cache(in_use_before, caplog):
+    """With the cost model, the planner places the next call's prefetch; a plan taken
+    from the plan cache places it alike."""
+    model, batch = _model(), [make_batch(CFG)]
+    ref, _ = _per_block(model, policy="none")
+    want = _step(ref, batch)
+    placed = []
+    for attempt in ("planned", "cached"):
+        got, backend = _per_block(model, policy="cost_model", memory_budget="auto", per_block=True)
+        with caplog.at_level("INFO", logger="offload_compiler.progress"), chain.record() as steps:
+            grads = _step(got, batch, steps)
+        _assert_bitwise(want, grads)
+        assert len(_ops(steps, "take")) == len(_ops(steps, "prefetch")) == CFG.n_layers - 1, attempt
+        (plan,) = backend.plans
+        nodes = list(plan.bw_graph.graph.nodes)
+        (prefetch,) = [n for n in nodes if n.target is chain.PREFETCH_NEXT]
+        placed.append((nodes.index(prefetch), prefetch.args[1].name))
+        if attempt == "planned":  # the planner chose the point (not the default: last reload)
+            assert plan.simulation.next_call_before is not None
+    assert "plan taken from the plan cache" in caplog.text
+    assert placed[0] == placed[1]
+    _nothing_left(in_use_before)
+
+
 def test_per_block_option_is_validated():
     with pytest.raises(ValueError, match=r"per_block='yes' is not valid; give True or False"):
         offload_compiler.make_backend(per_block="yes")
