@@ -401,3 +401,50 @@ def test_chained_budget_bounds_what_a_call_holds_between_forward_and_backward():
     assert chained.decisions["C"] == OFFLOAD and chained.result.call_peak_bytes >= 40 * MB
     alone = solve([5, 5], [5, 5], ts, options, LANES, budget_bytes=10 * MB, max_overhead=0.03)
     assert not alone.met and alone.result.peak_bytes >= 40 * MB
+
+
+# -- the comparison harness: per-block compile, DDP and FSDP2 (gloo, two processes) ----
+
+def test_compare_compiles_each_block_on_its_own():
+    from offload_compiler.compare.run import Row, setup_strategy
+
+    spec = dict(strategy="offload:0.5", preset="tiny", model=None, device="cpu", dtype="float32",
+                blocks=None, compile="per-block")
+    model, compiled, *_ = setup_strategy(spec, Row("offload:0.5"))
+    assert compiled is model and not isinstance(model, torch._dynamo.eval_frame.OptimizedModule)
+    assert all(isinstance(b, torch._dynamo.eval_frame.OptimizedModule) for b in model.blocks)
+    assert compiled._offload_backend.config.per_block
+
+
+def test_compare_per_block_rows_agree(tmp_path):
+    from offload_compiler import compare
+
+    rows = compare.compare(preset="tiny", device="cpu", steps=1, warmup=0, budgets=(0.5,),
+                           strategies=["eager", "inductor", "sac", "offload:0.5"],
+                           compile_mode="per-block", out=tmp_path)
+    assert [(r.status, r.agrees) for r in rows] == [("ok", "yes")] * 4, [r.note for r in rows]
+
+
+def test_compare_refuses_unknown_parallel_settings():
+    from offload_compiler import compare
+
+    with pytest.raises(ValueError, match=r"compile_mode='blockwise' is not valid; choose one of \('whole', 'per-block'\)"):
+        compare.compare(compile_mode="blockwise")
+    with pytest.raises(ValueError, match=r"distributed='zero' is not valid; choose None or one of \('ddp', 'fsdp2'\)"):
+        compare.compare(distributed="zero")
+    with pytest.raises(ValueError, match="nproc=0 is not valid"):
+        compare.compare(distributed="ddp", nproc=0)
+
+
+@pytest.mark.parametrize("distributed, compile_mode", [("ddp", "whole"), ("fsdp2", "per-block")])
+def test_compare_distributed_on_two_cpu_processes(tmp_path, distributed, compile_mode):
+    from offload_compiler import compare
+
+    rows = compare.compare(preset="tiny", device="cpu", steps=1, warmup=0,
+                           strategies=["eager", "offload:0.5"], offload_options={"inner_compiler": "eager"},
+                           compile_mode=compile_mode, distributed=distributed, nproc=2, out=tmp_path,
+                           timeout_s=600)
+    assert [(r.status, r.agrees) for r in rows] == [("ok", "yes")] * 2, [r.note for r in rows]
+    assert all(r.extra["ranks"] == 2 for r in rows)
+    meta = __import__("json").loads((tmp_path / "compare.json").read_text())["meta"]
+    assert (meta["distributed"], meta["nproc"], meta["compile"]) == (distributed, 2, compile_mode)
