@@ -8,6 +8,7 @@ from timing. A marker after each block records when that block's backward starts
 import copy
 import dataclasses
 import gc
+import json
 
 import pytest
 import torch
@@ -446,5 +447,5 @@ def test_compare_distributed_on_two_cpu_processes(tmp_path, distributed, compile
                            timeout_s=600)
     assert [(r.status, r.agrees) for r in rows] == [("ok", "yes")] * 2, [r.note for r in rows]
     assert all(r.extra["ranks"] == 2 for r in rows)
-    meta = __import__("json").loads((tmp_path / "compare.json").read_text())["meta"]
+    meta = json.loads((tmp_path / "compare.json").read_text())["meta"]
     assert (meta["distributed"], meta["nproc"], meta["compile"]) == (distributed, 2, compile_mode)
