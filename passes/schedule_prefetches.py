@@ -85,8 +85,10 @@ def link_calls(fw_gm: fx.GraphModule, bw_gm: fx.GraphModule, before: fx.Node | N
     """Link a graph to the calls before and after it in a chain (see the module
     docstring): ``before`` is where the backward prefetches the next call's first
     reloads (``None``: right after its own last reload is issued)."""
+    # Only the default transfer ops (host copies as graph values) link: other variants of
+    # the ops (any whose arguments differ) are left as they are.
     h2ds = transfer_nodes(bw_gm.graph, "h2d")
-    if not h2ds:
+    if not h2ds or any(h.target is not transfer_op("h2d") for h in h2ds):
         return
     fw, bw = fw_gm.graph, bw_gm.graph
     device = h2ds[0].args[2]
@@ -109,7 +111,8 @@ def link_calls(fw_gm: fx.GraphModule, bw_gm: fx.GraphModule, before: fx.Node | N
         prefetch = bw.call_function(transfer_op("prefetch_next"), (h2ds[0].args[0], anchor))
     prefetch.meta["val"] = None
     for release in _releases_at_end(fw):
-        release.target = transfer_op("release_later")
+        if release.target is transfer_op("release"):
+            release.target = transfer_op("release_later")
     for gm in (fw_gm, bw_gm):
         gm.graph.lint()
         gm.recompile()
