@@ -61,6 +61,12 @@ def _check_mode(mode: str | None, config: OffloadConfig) -> None:
             f"mode={mode!r} runs the graphs under CUDA graphs, which Inductor records; with "
             "inner_compiler='eager' nothing records them. Use inner_compiler='inductor' with this "
             f"mode, or a mode without CUDA graphs: {(None, 'default', 'max-autotune-no-cudagraphs')}")
+    if uses_cudagraphs(mode) and config.per_block and config.policy != "none":
+        raise ValueError(
+            f"per_block=True links the blocks' graphs through state kept outside any graph "
+            f"(cross-graph prefetch), which a CUDA graph recording cannot replay; with mode={mode!r} "
+            "leave per_block at False, or use a mode without CUDA graphs: "
+            f"{(None, 'default', 'max-autotune-no-cudagraphs')}")
 
 
 def _split_mode(options: Mapping[str, Any] | None, mode: str | None) -> tuple[Mapping[str, Any] | None, str | None]:

@@ -129,6 +129,15 @@ class OffloadConfig:
     (in order of first use in backward) is issued once the (k - depth)-th is consumed.
     ``0`` issues each reload right before its first use (no overlap)."""
 
+    per_block: bool = False
+    """The graph is one call of a chain: a model compiled one block at a time
+    (``block.compile(backend="offload")`` for each block, as torchtitan does, or one
+    compiled block called once per layer). Each backward then prefetches the reloads
+    the next block's backward needs first, while it still runs, and releases left at
+    the end of a forward are completed by the next block; the planner plans the graph
+    as one of a chain of identical calls (``docs/design.md``, "Calls in a chain").
+    ``False`` (default): each graph is planned and run on its own."""
+
     plan_cache: bool = True
     """Keep each plan in the plan cache (``$OFFLOAD_COMPILER_CACHE_DIR/plans``, default
     ``~/.cache/offload_compiler/plans``) and reuse it when the same graph is compiled again
@@ -184,6 +193,8 @@ class OffloadConfig:
             raise ValueError(f"replan={self.replan!r} is not valid; give True or False")
         if not isinstance(self.plan_cache, bool):
             raise ValueError(f"plan_cache={self.plan_cache!r} is not valid; give True or False")
+        if not isinstance(self.per_block, bool):
+            raise ValueError(f"per_block={self.per_block!r} is not valid; give True or False")
         if self.dump_dir is not None and not isinstance(self.dump_dir, (str, os.PathLike)):
             raise ValueError(f"dump_dir={self.dump_dir!r} is not valid; give a folder path or None")
         if self.dump_dir is not None:

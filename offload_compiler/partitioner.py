@@ -29,6 +29,8 @@ from passes import (
 )
 from passes.insert_transfers import use_graph_slots
 
+from passes.schedule_prefetches import NEXT_CALL, link_calls
+
 from .config import OffloadConfig
 from .planning import Partition, PlannedGraph, plan_graph
 from .planning import cache
@@ -130,6 +132,8 @@ class OffloadPartitioner(CustomPartitionerFn):
         if planned.release_after is not None:
             schedule_releases(fw_gm, planned.release_after)
         schedule_prefetches(bw_gm, self.config.prefetch_depth, planned.issue_before)
+        if self.config.per_block:
+            link_calls(fw_gm, bw_gm, (planned.issue_before or {}).get(NEXT_CALL))
         annotate_streams(fw_gm, bw_gm)
         plan.fw_graph, plan.bw_graph = fw_gm, bw_gm
         dumper.stage("scheduled", fw_gm, bw_gm)

@@ -508,3 +508,10 @@ def test_gpu_dynamic_sizes_fall_back_with_one_line(caplog):
         for x, y in zip(got[1][step], base[1][step]):
             torch.testing.assert_close(x, y, rtol=2e-2, atol=2e-2)
 
+
+
+def test_per_block_with_a_cudagraph_mode_is_refused():
+    import offload_compiler
+
+    with pytest.raises(ValueError, match="per_block=True.*CUDA graph"):
+        offload_compiler.make_backend(per_block=True, mode="reduce-overhead")

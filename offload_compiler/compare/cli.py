@@ -12,7 +12,8 @@ import sys
 from typing import Any
 
 from .harness import check_strategy, compare, table
-from .run import DTYPES, STRATEGY_HELP, Row, fraction
+from .distributed import KINDS
+from .run import COMPILE_MODES, DTYPES, STRATEGY_HELP, Row, fraction
 
 log = logging.getLogger(__name__)
 
@@ -141,12 +142,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "auto, a fraction or bytes with a unit, e.g. offload:12GiB)")
     p.add_argument("--blocks", default=None,
                    help="dotted path of the ModuleList of repeated blocks (default: the largest)")
-    p.add_argument("--out", default=None, help="folder for compare.json, compare.svg, compare.txt "
+    p.add_argument("--out", default=None, help="folder for compare.json, compare.png, compare.txt "
                    "and one log per strategy (default: none written)")
     p.add_argument("--timeout", type=_arg_type(_seconds), default=1800, help="seconds per strategy")
     p.add_argument("--offload-options", type=_arg_type(_offload_options), default=None,
                    help='extra OffloadConfig options for the offload:* strategies, as a JSON object, '
                         'e.g. \'{"node_costs": "profile"}\'')
+    p.add_argument("--compile", default="whole", choices=COMPILE_MODES,
+                   help="compile the whole model, or each block on its own (as torchtitan)")
+    p.add_argument("--distributed", default=None, choices=KINDS,
+                   help="run each strategy under DDP or FSDP2 on --nproc processes (rank 0 reports)")
+    p.add_argument("--nproc", type=_arg_type(_count(1)), default=2,
+                   help="processes with --distributed (one GPU each)")
 
 
 def exit_code(rows: list[Row]) -> int:
@@ -166,7 +173,8 @@ def main_compare(args: argparse.Namespace) -> int:
     rows = compare(preset=None if args.model else args.preset, model=args.model, device=args.device,
                    dtype=dtype, steps=args.steps, warmup=args.warmup, budgets=args.budgets,
                    strategies=args.strategies, blocks=args.blocks, out=args.out, timeout_s=args.timeout,
-                   offload_options=args.offload_options)
+                   offload_options=args.offload_options, compile_mode=args.compile,
+                   distributed=args.distributed, nproc=args.nproc)
     print(table(rows))
     code = exit_code(rows)
     if code == EXIT_DISAGREE:

@@ -18,6 +18,13 @@ For each: median step time (compilation and warm-up excluded, synchronised), pea
 memory, activation memory (peak minus the memory held before forward), tokens (or
 samples) per second, compile time (first step), and the first step's loss and gradient
 norm, which every strategy must agree on (a disagreement is flagged).
+
+    python -m offload_compiler compare --device cuda --compile per-block --distributed fsdp2 --nproc 2
+
+``--compile per-block`` compiles every strategy one block at a time (the children of the
+largest ``nn.ModuleList``, or of ``--blocks``; checkpointing still wraps each block), and
+the offload rows with ``per_block=True``. ``--distributed ddp|fsdp2 --nproc N`` runs
+each strategy on N processes (``distributed.py``); rank 0 reports, memory per rank.
 """
 
 from __future__ import annotations
@@ -36,7 +43,8 @@ from typing import Any
 from ..reporting import plots
 from .._version import SCHEMA_VERSION
 from ..config import OffloadConfig, budget_from_text
-from .run import DTYPES, STRATEGY_HELP, Row, fraction
+from .distributed import KINDS
+from .run import COMPILE_MODES, DTYPES, STRATEGY_HELP, Row, fraction
 
 log = logging.getLogger(__name__)
 
@@ -79,12 +87,15 @@ def compare(*, preset: str | None = "tiny", model: str | None = None, device: st
             dtype: str = "float32", steps: int = 5, warmup: int = 2,
             budgets: tuple[float, ...] = (0.5, 0.2), strategies: list[str] | None = None,
             blocks: str | None = None, out: str | Path | None = None,
-            timeout_s: float = 1800, offload_options: dict[str, Any] | None = None) -> list[Row]:
+            timeout_s: float = 1800, offload_options: dict[str, Any] | None = None,
+            compile_mode: str = "whole", distributed: str | None = None, nproc: int = 2) -> list[Row]:
     """Run every strategy in its own process; returns the rows (also written to ``out``,
     rewritten after each row).
 
     ``offload_options`` are extra ``OffloadConfig`` options for the ``offload:*``
-    strategies (``memory_budget`` and ``devices`` come from the strategy name)."""
+    strategies (``memory_budget`` and ``devices`` come from the strategy name).
+    ``compile_mode``: ``"whole"`` or ``"per-block"``; ``distributed``: ``None``, ``"ddp"`` or
+    ``"fsdp2"`` on ``nproc`` processes."""
     from ..config import OffloadConfig
 
     offload_options = dict(offload_options or {})
@@ -99,11 +110,13 @@ def compare(*, preset: str | None = "tiny", model: str | None = None, device: st
             fraction(b)
         except ValueError as error:
             raise ValueError(f"budgets: {error}") from None
+    _check_parallel(compile_mode, distributed, nproc)
     rows = []
     names = strategies_for(strategies, list(budgets))
     for i, name in enumerate(names, 1):
         spec = dict(strategy=name, preset=preset, model=model, device=device, dtype=dtype,
-                    steps=steps, warmup=warmup, blocks=blocks, offload_options=offload_options)
+                    steps=steps, warmup=warmup, blocks=blocks, offload_options=offload_options,
+                    compile=compile_mode, distributed=distributed, nproc=nproc, timeout_s=timeout_s)
         log.info("compare: [%d/%d] %s: started", i, len(names), name)
         t0 = time.perf_counter()
         rows.append(_run_in_subprocess(spec, timeout_s, Path(out) if out is not None else None))
@@ -114,6 +127,15 @@ def compare(*, preset: str | None = "tiny", model: str | None = None, device: st
         if out is not None:  # after every row: a run cut short keeps what it measured
             write_outputs(rows, Path(out), spec)
     return rows
+
+
+def _check_parallel(compile_mode: str, distributed: str | None, nproc: int) -> None:
+    if compile_mode not in COMPILE_MODES:
+        raise ValueError(f"compile_mode={compile_mode!r} is not valid; choose one of {COMPILE_MODES}")
+    if distributed is not None and distributed not in KINDS:
+        raise ValueError(f"distributed={distributed!r} is not valid; choose None or one of {KINDS}")
+    if isinstance(nproc, bool) or not isinstance(nproc, int) or nproc < 1:
+        raise ValueError(f"nproc={nproc!r} is not valid; give a positive number of processes")
 
 
 def _run_in_subprocess(spec: dict[str, Any], timeout_s: float, out: Path | None = None) -> Row:
@@ -188,6 +210,8 @@ def write_outputs(rows: list[Row], out: Path, spec: dict[str, Any]) -> None:
 
     meta = {"torch": torch.__version__, "device": spec["device"], "dtype": spec["dtype"],
             "preset": spec["preset"], "model": spec["model"], "steps": spec["steps"],
+            "compile": spec.get("compile", "whole"), "distributed": spec.get("distributed"),
+            "nproc": spec.get("nproc") if spec.get("distributed") else 1,
             "command": " ".join(sys.argv)}
     if spec["device"].startswith("cuda") and torch.cuda.is_available():
         meta["gpu"] = torch.cuda.get_device_name()

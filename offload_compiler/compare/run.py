@@ -5,6 +5,11 @@ user's factory), applies one strategy (eager, Inductor, full or selective
 checkpointing, ``activation_memory_budget``, PyTorch's own offloading, or this
 backend), and measures the median step, memory and the first step's loss and gradient
 norm. ``harness`` calls it once per strategy, each in a process of its own.
+
+``spec["compile"]``: ``"whole"`` (the model in one ``torch.compile``) or ``"per-block"``
+(each block compiled on its own, as torchtitan does; the rest runs eagerly).
+``spec["distributed"]``: ``"ddp"`` or ``"fsdp2"`` over ``spec["nproc"]`` processes
+(``distributed.py``).
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ CUDAGRAPH_STRATEGIES = ("inductor-cudagraphs", "offload-cudagraphs")
 #: Steps run after the warm-up until the offload backend's measurements and re-plans are over.
 SETTLE_STEPS = 12
 DTYPES = ("float32", "bfloat16", "float16")
+COMPILE_MODES = ("whole", "per-block")
 
 
 def fraction(text: str | float) -> float:
@@ -80,7 +86,7 @@ def load_model(spec: dict[str, Any]):
     cfg = preset(spec["preset"])
     torch.manual_seed(0)
     model = GPT(cfg)
-    idx, tgt = make_batch(cfg)
+    idx, tgt = make_batch(cfg, seed=spec.get("rank", 0))  # data parallel: a batch per rank
     return model, (idx, tgt), idx.numel()
 
 
@@ -144,7 +150,8 @@ def _ckpt(fn, context_fn, *args, **kwargs):
 
 
 def setup_strategy(spec: dict[str, Any], row: Row):
-    """The model of ``spec`` on its device and dtype, compiled with ``spec``'s strategy:
+    """The model of ``spec`` on its device and dtype, compiled with ``spec``'s strategy
+    (whole or per block; wrapped for data parallelism in a process group):
     ``(model, compiled, batch, tokens, patches)``; ``compiled`` is ``None`` when the
     strategy is unsupported (``row`` says why). Run it under ``patched(patches)``."""
     import torch
@@ -153,13 +160,45 @@ def setup_strategy(spec: dict[str, Any], row: Row):
     model, batch, tokens = load_model(spec)
     model = model.to(device=device, dtype=getattr(torch, spec["dtype"]))
     batch = tuple(b.to(device) if isinstance(b, torch.Tensor) else b for b in batch)
-    compiled, patches = _prepare(spec["strategy"], model, spec, row)
+    compiled, patches = _prepare(spec["strategy"], model, spec, row, _wrapper(model, spec, device))
     return model, compiled, batch, tokens, patches
+
+
+def _wrapper(model, spec: dict[str, Any], device):
+    """Wraps the model for ``spec["distributed"]`` (identity without); called after the
+    blocks are compiled (per-block) or before the whole model is (torchtitan's order)."""
+    kind = spec.get("distributed")
+    if not kind:
+        return lambda m: m
+    from . import distributed
+
+    def wrap(m):
+        blocks = find_blocks(model, spec.get("blocks")).children() if kind == "fsdp2" else ()
+        return distributed.wrap(m, kind, device, blocks=list(blocks))
+
+    return wrap
+
+
+def _compile(model, spec: dict[str, Any], wrap, **kwargs):
+    """``model`` compiled as ``spec["compile"]`` says: whole (wrapped first), or each block
+    on its own (then wrapped); the result is what a step calls."""
+    import torch
+
+    if spec.get("compile", "whole") == "per-block":
+        blocks = find_blocks(model, spec.get("blocks"))
+        for name, block in list(blocks.named_children()):
+            blocks.register_module(name, torch.compile(block, **kwargs))
+        return wrap(model)
+    return torch.compile(wrap(model), **kwargs)
 
 
 def run_strategy(spec: dict[str, Any]) -> Row:
     import torch
 
+    if spec.get("distributed") and "rank" not in spec:
+        from .distributed import run_distributed
+
+        return run_distributed(spec)  # runs this on every rank; rank 0's row
     row = Row(strategy=spec["strategy"])
     device = torch.device(spec["device"])
     model, compiled, batch, tokens, patches = setup_strategy(spec, row)
@@ -209,8 +248,13 @@ def run_strategy(spec: dict[str, Any]) -> Row:
         row.compile_s = time.perf_counter() - t0
         row.loss = float(loss)
         del loss  # under CUDA graphs, an output kept would pin the first step's memory
-        grads = [p.grad.float().norm() for p in model.parameters() if p.grad is not None]
-        row.grad_norm = float(torch.stack(grads).norm()) if grads else 0.0
+        if spec.get("distributed"):
+            from .distributed import grad_norm
+
+            row.grad_norm = grad_norm(model.parameters())  # FSDP2's gradients are shards
+        else:
+            grads = [p.grad.float().norm() for p in model.parameters() if p.grad is not None]
+            row.grad_norm = float(torch.stack(grads).norm()) if grads else 0.0
         model.zero_grad(set_to_none=True)
         backend = getattr(compiled, "_offload_backend", None)
         t0 = time.perf_counter()
@@ -264,22 +308,22 @@ def run_strategy(spec: dict[str, Any]) -> Row:
     return row
 
 
-def _prepare(name: str, model, spec: dict[str, Any], row: Row):
+def _prepare(name: str, model, spec: dict[str, Any], row: Row, wrap):
     import torch
 
     patches: dict[str, Any] = {}
     if name == "eager":
-        return model, patches
+        return wrap(model), patches
     if name == "inductor":
-        return torch.compile(model), patches
+        return _compile(model, spec, wrap), patches
     if name == "inductor-cudagraphs":
-        return torch.compile(model, mode="reduce-overhead"), patches
+        return _compile(model, spec, wrap, mode="reduce-overhead"), patches
     if name in ("full_ac", "sac"):
         wrap_blocks(find_blocks(model, spec.get("blocks")), "full" if name == "full_ac" else "sac")
-        return torch.compile(model), patches
+        return _compile(model, spec, wrap), patches
     if name.startswith("budget:"):
         patches["activation_memory_budget"] = fraction(name.split(":", 1)[1])
-        return torch.compile(model), patches
+        return _compile(model, spec, wrap), patches
     if name == "torch_offload":
         import torch._functorch.config as fconfig
 
@@ -290,12 +334,13 @@ def _prepare(name: str, model, spec: dict[str, Any], row: Row):
         patches["enable_activation_offloading"] = True
         row.note = "SAC with matmul and attention outputs tagged MUST_CPU_OFFLOAD"
         wrap_blocks(find_blocks(model, spec.get("blocks")), "offload")
-        return torch.compile(model), patches
+        return _compile(model, spec, wrap), patches
     if name.startswith(("offload:", "offload-limit:", "offload-cudagraphs:")):
         import offload_compiler
 
         base, value = name.split(":", 1)
-        options = {**spec.get("offload_options", {}), "devices": (spec["device"].split(":")[0],)}
+        options = {"per_block": spec.get("compile") == "per-block", **spec.get("offload_options", {}),
+                   "devices": (spec["device"].split(":")[0],)}
         if base == "offload-limit":
             options["memory_limit"] = value
         else:
@@ -304,7 +349,7 @@ def _prepare(name: str, model, spec: dict[str, Any], row: Row):
             options["min_offload_bytes"] = 0
         mode = "reduce-overhead" if base == "offload-cudagraphs" else None
         backend = offload_compiler.make_backend(options, mode=mode)
-        compiled = torch.compile(model, backend=backend)
+        compiled = _compile(model, spec, wrap, backend=backend)
         compiled._offload_backend = backend
         return compiled, patches
     raise ValueError(f"unknown strategy {name!r}; valid strategies: {STRATEGY_HELP}")

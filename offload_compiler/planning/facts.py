@@ -182,12 +182,14 @@ def _share_recomputation(tensors: list[SimTensor], chains: dict[str, list[str]],
 COPY_LEAD = 0.5
 
 
-def lanes_of(hw: HardwareProfile, copy_margin: float = 0.0, lead: float = COPY_LEAD) -> Lanes:
+def lanes_of(hw: HardwareProfile, copy_margin: float = 0.0, lead: float = COPY_LEAD,
+             chained: bool = False) -> Lanes:
     """The copy lanes the planner plans with: the profile's bandwidths less ``copy_margin``,
-    and ``lead`` of slack per copy."""
+    and ``lead`` of slack per copy; ``chained``: the graph is one call of a chain
+    (``per_block``)."""
     keep = 1.0 - copy_margin
     return Lanes(d2h_gbps=hw.d2h_gbps * keep, h2d_gbps=hw.h2d_gbps * keep, lead=lead,
-                 compute_slowdown=hw.copy_slowdown)
+                 compute_slowdown=hw.copy_slowdown, chained=chained)
 
 
 def tag_recompute(joint_gm: fx.GraphModule, chains: list[list[str]]) -> int:

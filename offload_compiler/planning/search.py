@@ -27,6 +27,7 @@ from typing import Any, Callable
 import torch.fx as fx
 
 from passes import Candidate
+from passes.schedule_prefetches import NEXT_CALL
 
 from ..config import OffloadConfig
 from ..decision import RECOMPUTE
@@ -155,7 +156,7 @@ def _cost_model(candidates: list[Candidate], config: OffloadConfig,
     hw = profile_for(device, {**dict(config.hardware or ()), **corrections.hardware()})
     cost = NodeCosts(hw, profile=config.node_costs == "profile",
                      fw_scale=corrections.fw_scale, bw_scale=corrections.bw_scale)
-    return cost, lanes_of(hw, config.copy_margin)
+    return cost, lanes_of(hw, config.copy_margin, chained=config.per_block)
 
 
 def _plan_cost_model(joint_gm, start: Partition, num_fwd_outputs: int, config: OffloadConfig,
@@ -203,6 +204,8 @@ def _plan_cost_model(joint_gm, start: Partition, num_fwd_outputs: int, config: O
                      f"predicts {nbytes_text(final.peak_bytes)}")
     release_after = {name: best.facts.fw_nodes[i] for name, i in final.release_after.items()}
     issue_before = {name: best.facts.bw_nodes[k] for name, k in final.reload_before.items()}
+    if final.next_call_before is not None:  # per_block: where the next call's reloads go
+        issue_before[NEXT_CALL] = best.facts.bw_nodes[final.next_call_before]
     return PlannedGraph(best.fw_gm, best.bw_gm, plan, release_after, issue_before,
                         recomputed=bool(best.recomputed), recompute_tags=best.tags)
 

@@ -29,6 +29,34 @@ gradient of a large activation is as large as it, and a recomputation that only
 moves the activation into the time of that op does not lower the peak.
 
 The *step peak* adds every other tensor the step writes: see :mod:`.step_peak`.
+
+With ``Lanes.chained`` (``per_block``), the graph is one call of a chain of identical
+calls, each forward followed by the next call's forward and each backward by the
+previous call's backward (``docs/design.md``, "Calls in a chain"):
+
+- a release at the end of forward does not wait: the next call completes it, and the
+  copy engine starts the next call's forward with what this one left (its D2H spill);
+  where the spill grows from one call to the next, the copy engine has more than a
+  forward's worth of copies per call and falls behind with every call: the growth is
+  counted as a wait of this call;
+  the source is freed at the end of this forward as seen from this call, and is held
+  at the start of the next one until its first release;
+- the reloads issued at the top of backward (``P``) are prefetched by the previous
+  call's backward: in this backward's own timeline, ``P`` of the next call is issued
+  once this call's own reloads are (and no earlier than needed to end before the end
+  of backward with the lead), held from there to the end; this call's ``P`` then lands
+  that much before its backward starts (``prefetch_lead_ms``). The reloads do not wait
+  for this call's D2H copies: other calls run between a call's forward and backward.
+
+The previous call is this same call: the step is simulated twice, the second time with
+the first's spill, carried bytes and prefetch lead.
+
+Chained, ``peak_bytes`` (what a budget bounds and the solver lowers) is what the call
+holds between its forward and its backward: in a chain of N calls the step's peak is
+N - 1 calls' worth of that, while the last call's backward runs, plus that backward's
+own peak, so for the long chains of a model's layers it is what matters. The peak
+within the call (its backward, with the next call's prefetched reloads) is kept as
+``call_peak_bytes``.
 """
 
 from __future__ import annotations
@@ -78,6 +106,8 @@ class Lanes:
     in time then stalls it)."""
     compute_slowdown: float = 0.0
     """Compute ops that start while a copy runs take this fraction longer."""
+    chained: bool = False
+    """The graph is one call of a chain of identical calls (see the module docstring)."""
 
 
 @dataclass
@@ -110,6 +140,18 @@ class SimResult:
     """What each op and tensor of :attr:`events` is in the user's terms, for reports
     (``reporting.timeline.Origins``); set by the caller that knows the graph
     (``planning.facts.final_simulation``), never read here."""
+    call_peak_bytes: int = 0
+    """The peak within the step (``peak_bytes`` but with ``Lanes.chained``)."""
+    d2h_spill_ms: float = 0.0
+    """How long the D2H copies ran past the end of forward (chained: into the next call)."""
+    carried_bytes: int = 0
+    """Chained: bytes of sources whose release the next call completes."""
+    prefetch_lead_ms: float = 0.0
+    """Chained: how long before the end of backward the next call's first reloads start."""
+    next_call_before: int | None = None
+    """Chained: the backward op before which the next call's first reloads are issued."""
+    prefetched: tuple[str, ...] = ()
+    """Chained: the reloads issued at the top of backward, prefetched by the previous call."""
 
 
 def copy_ms(nbytes: int, gbps: float) -> float:
@@ -120,14 +162,20 @@ def copy_ms(nbytes: int, gbps: float) -> float:
 def simulate(fw_ms: list[float], bw_ms: list[float], tensors: list[SimTensor], lanes: Lanes,
              *, record: bool = False, bw_out_bytes: list[int] | None = None,
              slowed: tuple[list[bool], list[bool]] | None = None,
-             transients: list[Transient | tuple[int, int, int]] | None = None) -> SimResult:
+             transients: list[Transient | tuple[int, int, int]] | None = None,
+             previous: SimResult | None = None) -> SimResult:
     """Simulate one training step; see the module docstring for the model.
     ``bw_out_bytes[k]``: bytes backward op ``k`` writes, held while it runs.
     ``slowed``: which forward and which backward ops a running copy slows (``None``:
     all of them). ``transients``: a :class:`Transient` (or ``(nbytes, first_op,
     last_op)``) for every other tensor the step writes, ops numbered over forward then
     backward (backward op ``k`` is ``len(fw_ms) + k``); with them, the result has
-    ``step_peak_bytes``."""
+    ``step_peak_bytes``. ``previous``: with ``lanes.chained``, the call before this one
+    (``None``: simulated first, as this same call)."""
+    chained = lanes.chained
+    if chained and previous is None:
+        previous = simulate(fw_ms, bw_ms, tensors, lanes, bw_out_bytes=bw_out_bytes, slowed=slowed,
+                            previous=_FIRST_CALL)
     mem_deltas: list[tuple[float, int, int]] = []  # (time, order, delta)
     out_deltas: list[tuple[float, int, int]] = []  # bw_out_bytes: activation peak only
     events: list[tuple[str, int, str, float, float]] = []
@@ -148,7 +196,12 @@ def simulate(fw_ms: list[float], bw_ms: list[float], tensors: list[SimTensor], l
 
     # ---- forward -------------------------------------------------------------
     n_fw = len(fw_ms)
-    t, stall, d2h_free = 0.0, 0.0, 0.0
+    t, stall = 0.0, 0.0
+    d2h_free = previous.d2h_spill_ms if chained else 0.0
+    carried_in = previous.carried_bytes if chained else 0  # settled by the first release
+    carried_out = 0
+    if carried_in:
+        mem(0.0, carried_in)
     copy_end: dict[str, float] = {}
     copy_time: dict[str, float] = {}
     done_at: dict[str, float] = {}  # when the plan counts the copy done: its end plus the lead
@@ -183,15 +236,24 @@ def simulate(fw_ms: list[float], bw_ms: list[float], tensors: list[SimTensor], l
         if pending and (i >= check_at or i == n_fw - 1):
             ready = [p for p in pending if _releases_now(p, i, t, done_at[p.name], n_fw)]
             for x in ready:
+                release_after[x.name] = i
+                if chained and i == n_fw - 1:  # left to the next call, which settles it
+                    carried_out += x.nbytes
+                    mem(t, -x.nbytes)
+                    continue
                 wait = max(0.0, done_at[x.name] - t)
                 stall += wait
                 t += wait
                 mem(t, -x.nbytes)
-                release_after[x.name] = i
+                if carried_in:
+                    mem(t, -carried_in)
+                    carried_in = 0
             if ready:
                 pending = [p for p in pending if p.name not in release_after]
                 check_at = min((_earliest_release(p) for p in pending), default=n_fw)
     fw_end = t
+    if carried_in:
+        mem(t, -carried_in)
     hidden = {name: max(0.0, min(copy_end[name], fw_end) - (copy_end[name] - copy_time[name]))
               for name in copy_end}
 
@@ -222,19 +284,40 @@ def simulate(fw_ms: list[float], bw_ms: list[float], tensors: list[SimTensor], l
         first_use.setdefault(x.first_bw_use, []).append(x)
         last_use.setdefault(x.last_bw_use, []).append(x)
 
+    first = [x for x in offloaded if reload_before[x.name] == 0] if chained and n_bw else []
+    first_names = {x.name for x in first}
+    next_call = _next_call_point(first, offloaded, reload_before, bw_start, lanes)
+    lead_ms = previous.prefetch_lead_ms if chained else 0.0
+    prefetch_start = 0.0
+
     # ---- backward: run ---------------------------------------------------------
-    h2d_free = max(t, d2h_free)  # a reload never starts before the copy out ended
+    bw_order = order  # memory changes from here on are backward's
+    # A reload never starts before the copy out ended (chained: other calls ran between).
+    h2d_free = t if chained else max(t, d2h_free)
+    landed = fw_end - lead_ms  # chained: where the previous call's prefetch of ``first`` stands
     reload_end: dict[str, float] = {}
     groups_done: set[str] = set()
     for k in range(n_bw):
         for x in issue_at.get(k, ()):
-            start = max(t, h2d_free, copy_end[x.name])
             dur = copy_ms(x.nbytes, lanes.h2d_gbps)
+            if x.name in first_names:  # issued by the previous call's backward
+                landed += dur
+                reload_end[x.name] = landed
+                h2d_free = max(h2d_free, landed)
+                mem(t, x.nbytes)
+                continue
+            start = max(t, h2d_free) if chained else max(t, h2d_free, copy_end[x.name])
             reload_end[x.name] = start + dur
             h2d_free = start + dur
             mem(t, x.nbytes)
             if record:
                 events.append(("h2d", n_fw + k, x.name, start, start + dur))
+        if k == next_call:  # the next call's first reloads, after this call's own
+            prefetch_start = max(t, h2d_free)
+            h2d_free = prefetch_start + sum(copy_ms(x.nbytes, lanes.h2d_gbps) for x in first)
+            mem(t, sum(x.nbytes for x in first))
+            if record:
+                events.append(("h2d", n_fw + k, f"next call: {len(first)} reloads", prefetch_start, h2d_free))
         for x in first_use.get(k, ()):
             if x.decision == OFFLOAD:
                 wait = max(0.0, reload_end[x.name] - t)
@@ -262,13 +345,18 @@ def simulate(fw_ms: list[float], bw_ms: list[float], tensors: list[SimTensor], l
         for x in last_use.get(k, ()):
             mem(t, -x.nbytes)
 
+    if next_call is not None:
+        mem(t, -sum(x.nbytes for x in first))
+
     # ---- memory ---------------------------------------------------------------
-    held, peak, peak_t, end_fw = 0, 0, 0.0, 0
+    held, peak, peak_t, end_fw, between = 0, 0, 0.0, 0, 0
     curve = []
-    for time_ms, _, delta in sorted(mem_deltas + out_deltas):
+    for time_ms, k, delta in sorted(mem_deltas + out_deltas):
         held += delta
         if time_ms <= fw_end:
             end_fw = held
+        if k < bw_order:
+            between = held
         if held > peak:
             peak, peak_t = held, time_ms
         if record:
@@ -283,12 +371,44 @@ def simulate(fw_ms: list[float], bw_ms: list[float], tensors: list[SimTensor], l
             for op in (*range(x.produced, n_fw), *range(n_fw, n_fw + reload_before[x.name] + 1)):
                 host[op] += x.nbytes
         step_peak, step_peak_t = step_peak_of(mem_deltas, transients, op_span, n_fw, host)
+    call_peak = peak
+    spill = max(0.0, d2h_free - fw_end)
+    if chained:  # what a call holds while the other calls run (module docstring)
+        peak, peak_t, end_fw = between, fw_end, between
+        # A copy engine given more than a forward's worth of copies per call falls
+        # further behind with every call: some call waits for the excess.
+        behind = max(0.0, spill - previous.d2h_spill_ms) if previous is not _FIRST_CALL else 0.0
+        stall, t = stall + behind, t + behind
     return SimResult(
         step_ms=t, fw_ms=fw_end, bw_ms=t - fw_end, stall_ms=stall, peak_bytes=peak,
-        peak_time_ms=peak_t, end_of_forward_bytes=end_fw, release_after=release_after,
+        peak_time_ms=peak_t, end_of_forward_bytes=end_fw, call_peak_bytes=call_peak, release_after=release_after,
         reload_before=reload_before, copy_ms=copy_time, hidden_ms=hidden, events=events,
         memory=curve, step_peak_bytes=step_peak, step_peak_time_ms=step_peak_t,
+        d2h_spill_ms=spill, carried_bytes=carried_out,
+        prefetch_lead_ms=t - prefetch_start if next_call is not None else 0.0,
+        next_call_before=next_call, prefetched=tuple(x.name for x in first),
     )
+
+
+#: The call before the first one simulated in a chain: nothing spilled or carried, its
+#: prefetch of the first reloads long done.
+_FIRST_CALL = SimResult(step_ms=0.0, fw_ms=0.0, bw_ms=0.0, stall_ms=0.0, peak_bytes=0,
+                        peak_time_ms=0.0, end_of_forward_bytes=0, prefetch_lead_ms=float("inf"))
+
+
+def _next_call_point(first: list[SimTensor], offloaded: list[SimTensor], reload_before: dict[str, int],
+                     bw_start: list[float], lanes: Lanes) -> int | None:
+    """Chained: the backward op before which the next call's ``first`` reloads are issued:
+    after this call's own reloads are, and no earlier than they need to end, with the
+    lead, by the end of backward (they are held from there)."""
+    if not first:
+        return None
+    n_bw = len(bw_start) - 1
+    names = {x.name for x in first}
+    own = max((reload_before[x.name] for x in offloaded if x.name not in names), default=0)
+    needed = sum(copy_ms(x.nbytes, lanes.h2d_gbps) for x in first) * (1 + lanes.lead)
+    latest = max(0, bisect.bisect_right(bw_start, bw_start[n_bw] - needed, 0, n_bw) - 1)
+    return min(max(own, latest), n_bw - 1)
 
 
 def _earliest_release(x: SimTensor) -> int:

@@ -5,7 +5,8 @@ State lives here, outside any compiled graph, so that graphs compiled one block 
 time share streams and buffers.
 """
 
-from . import graph_slots, ops, streams
+from . import chain, graph_slots, measure, ops, streams
 from .pool import HostPool, PoolStats, empty_host_pool, host_pool
 
-__all__ = ["HostPool", "PoolStats", "empty_host_pool", "graph_slots", "host_pool", "ops", "streams"]
+__all__ = ["HostPool", "PoolStats", "chain", "empty_host_pool", "graph_slots", "host_pool", "measure",
+           "ops", "streams"]

@@ -97,6 +97,7 @@ def copy_to_host(src: Tensor, keep_strides: bool) -> Tensor:
         return _device_copy(src, like)
     host, _ = got
     host.copy_(src)
+    chain.note("d2h", src, host)
     return host
 
 
@@ -127,6 +128,7 @@ def _d2h_cuda(src: Tensor, like: Tensor) -> Tensor:
     done = streams.mark_ready(stream)
     block.events = []
     block.ready_event = done
+    chain.note("d2h", src, host)
     return host
 
 
@@ -138,7 +140,10 @@ def _d2h_fake(src: Tensor, keep_strides: bool) -> Tensor:
 
 def release_source(src: Tensor, host: Tensor) -> None:
     """Body of ``offload::release``: the compute stream waits for the copy of ``src``
-    into ``host``; after that, freeing ``src`` is safe."""
+    into ``host``; after that, freeing ``src`` is safe. Releases an earlier graph left
+    to this one (``chain.release_later``) complete first."""
+    chain.settle_before(src)
+    chain.note("release", src)
     if src.device.type != "cuda" or host.device.type != "cpu":
         return
     block = host_pool().lookup(host)
@@ -167,9 +172,19 @@ def copy_to_device(host: Tensor, anchor: Optional[Tensor], device: str, stride: 
 
     ``anchor`` is not read: it only orders this op after the node that produces it.
     The result has the original tensor's strides (storage offset 0): ``host``'s own,
-    or ``stride`` when the host copy was packed.
+    or ``stride`` when the host copy was packed. A copy the previous block's backward
+    already issued (``chain.prefetch_next``) is taken instead of copied again.
     """
-    target = torch.device(device)
+    out = chain.take(host, device, stride)
+    if out is None:
+        out = issue_copy_to_device(host, torch.device(device), stride)
+    chain.note("h2d", out, host)
+    return out
+
+
+def issue_copy_to_device(host: Tensor, target: torch.device, stride: Optional[List[int]]) -> Tensor:
+    """Issue the copy of ``host`` to ``target`` and return its result; the completion
+    event is kept for :func:`wait_for_copy` (or :func:`take_pending`)."""
     stride = host.stride() if stride is None else stride
     out = torch.empty_strided(host.size(), stride, dtype=host.dtype, device=target)
     if host.device.type != "cpu" or target.type != "cuda":  # loopback, or d2h fell back
@@ -205,9 +220,21 @@ def _h2d_fake(host: Tensor, anchor: Optional[Tensor], device: str, stride: Optio
 _pending: dict[int, torch.cuda.Event] = {}
 
 
+def take_pending(out: Tensor) -> Optional[torch.cuda.Event]:
+    """The completion event of the copy into ``out``, no longer kept for :func:`wait_for_copy`."""
+    return _pending.pop(out.untyped_storage().data_ptr(), None)
+
+
+def put_pending(out: Tensor, event: Optional[torch.cuda.Event]) -> None:
+    """Keep ``event`` as the completion of the copy into ``out``, for :func:`wait_for_copy`."""
+    if event is not None:
+        _pending[out.untyped_storage().data_ptr()] = event
+
+
 def wait_for_copy(x: Tensor) -> None:
     """Body of ``offload::wait``: the live compute stream waits until the H2D copy
     into ``x`` is done."""
+    chain.note("wait", x)
     if x.device.type != "cuda":
         return
     event = _pending.pop(x.untyped_storage().data_ptr(), None)
@@ -251,3 +278,7 @@ TRANSFER_OPS = (D2H, RELEASE, H2D, WAIT)
 
 for _op in (RELEASE, WAIT):
     torch.fx.node.has_side_effect(_op)
+
+# Cross-graph prefetch (``per_block``): its ops extend this namespace, and the ops above
+# call into it. Imported last: it needs the namespace defined.
+from . import chain  # noqa: E402
