@@ -1,0 +1,190 @@
+"""Where planning time goes: per-phase seconds and counts, planned on a CPU.
+
+    python benchmarks/plan_cost.py --models gpt,llama --budgets auto,0.5
+    python benchmarks/plan_cost.py --models gpt --budgets auto --profile-out out/gpt_auto.prof
+
+For each model of ``--models`` and each budget of ``--budgets`` it compiles the model
+with the offload backend in loopback mode (``devices=("cpu",)``), the measured H100
+profile given in full (``benchmarks/plan_offline.py``), under ``cProfile``, and stops
+compilation once the planner has decided: nothing runs at the model's size. It prints
+per row the seconds from the start of the compile to the plan, the seconds inside the
+planner and in its phases (cumulative time of the functions that make them), and the
+counts that do not depend on how busy the machine is: simulations of a plan
+(``simulator.simulate``), min-cut partitions (``partitioner._partition``) and facts
+gathered off a partition (``facts.gather``). The plan cache is off unless
+``OFFLOAD_COMPILER_PLAN_CACHE`` says otherwise.
+
+Models (``benchmarks/zoo_models.py`` where the zoo has them, on the CPU):
+
+- ``gpt``: the example GPT, ``h100`` preset, in bf16;
+- ``llama``: Hugging Face ``LlamaForCausalLM`` (8 layers, width 2048, 16 heads, MLP 5632,
+  vocabulary 32000, batch 4 of 4096 tokens) in bf16; needs ``transformers``;
+- ``vit``: timm ViT-B/16, batch 96, bf16 autocast; needs ``timm`` (and ``torchvision``);
+- ``resnet``: torchvision ResNet-50, batch 128, bf16 autocast; needs ``torchvision``;
+- ``medium``, ``small``, ``tiny``: smaller presets of the example GPT.
+
+A model whose package does not import is reported as not run, with the error. Counts
+are what to compare across runs: the machine's other work moves wall time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import json
+import os
+import pstats
+import sys
+import time
+from pathlib import Path
+
+import torch
+from tabulate import tabulate
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from plan_offline import H100_PROFILE, plan_once  # noqa: E402
+
+#: Phases: a name, and the functions (file suffix, function name) whose cumulative time
+#: makes it. Counts are the number of calls of the first function of each.
+PHASES = {
+    "planning": [("planning/search.py", "plan_graph")],
+    "min-cut": [("offload_compiler/partitioner.py", "_partition")],
+    "gather": [("planning/facts.py", "gather")],
+    "solve": [("planning/solver.py", "solve")],
+    "simulate": [("planning/simulator.py", "simulate")],
+    "auto probes": [("planning/search.py", "_search_realised")],
+}
+COUNTS = {
+    "simulations": ("planning/simulator.py", "simulate"),
+    "min-cut partitions": ("offload_compiler/partitioner.py", "_partition"),
+    "gathers": ("planning/facts.py", "gather"),
+}
+
+
+def _model(name: str):
+    """``(model, inputs)`` on the CPU, in the dtype the zoo runs it in."""
+    import zoo_models
+
+    if name in ("gpt", "medium", "small", "tiny"):
+        from offload_compiler.models.gpt import GPT, make_batch, preset
+
+        cfg = preset("h100" if name == "gpt" else name)
+        torch.manual_seed(0)
+        return GPT(cfg).to(torch.bfloat16).train(), make_batch(cfg, device="cpu")
+    factories = {"llama": (zoo_models.llama, torch.bfloat16), "vit": (zoo_models.vit, None),
+                 "resnet": (zoo_models.resnet50, None)}
+    if name not in factories:
+        raise ValueError(f"unknown model {name!r}; valid models are "
+                         f"{sorted([*factories, 'gpt', 'medium', 'small', 'tiny'])}")
+    factory, dtype = factories[name]
+    model, inputs = factory()
+    if dtype is not None:
+        model = model.to(dtype)
+    return model, inputs
+
+
+def _stats_by_function(profile: cProfile.Profile) -> dict[tuple[str, str], tuple[int, float]]:
+    """(file, function) -> (calls, cumulative seconds), summed over same-named entries."""
+    out: dict[tuple[str, str], tuple[int, float]] = {}
+    for (filename, _, func), (_, ncalls, _, cumtime, _) in pstats.Stats(profile).stats.items():
+        key = (filename, func)
+        calls, cum = out.get(key, (0, 0.0))
+        out[key] = (calls + ncalls, cum + cumtime)
+    return out
+
+
+def _lookup(stats, suffix: str, func: str) -> tuple[int, float]:
+    calls, cum = 0, 0.0
+    for (filename, name), (n, t) in stats.items():
+        if name == func and filename.replace(os.sep, "/").endswith(suffix):
+            calls, cum = calls + n, cum + t
+    return calls, cum
+
+
+def measure(name: str, budget, profile_out: Path | None = None) -> dict:
+    """Plan ``name`` at ``budget`` under cProfile: seconds and counts."""
+    model, inputs = _model(name)
+    options = {"devices": ("cpu",), "hardware": H100_PROFILE, "memory_budget": budget,
+               "policy": "cost_model"}
+    profile = cProfile.Profile()
+    t0 = time.perf_counter()
+    profile.enable()
+    try:
+        plan = plan_once(model, inputs, options)
+    finally:
+        profile.disable()
+    total_s = time.perf_counter() - t0
+    if profile_out is not None:
+        profile_out.parent.mkdir(parents=True, exist_ok=True)
+        profile.dump_stats(str(profile_out))
+    stats = _stats_by_function(profile)
+    row = {"model": name, "budget": budget, "trace_and_plan_s": total_s}
+    for phase, funcs in PHASES.items():
+        row[f"{phase}_s"] = sum(_lookup(stats, *f)[1] for f in funcs)
+    for count, func in COUNTS.items():
+        row[count] = _lookup(stats, *func)[0]
+    pr = plan.predicted
+    row.update(step_ms=pr["step_ms"], baseline_step_ms=pr["baseline_step_ms"],
+               activation_peak_mib=pr["activation_peak_bytes"] / 2**20,
+               baseline_activation_peak_mib=pr["baseline_activation_peak_bytes"] / 2**20,
+               saved=len(plan.decisions), summary=plan.summary())
+    return row
+
+
+def _budget(text: str):
+    return text if text == "auto" else float(text)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--models", default="gpt,llama", help="comma-separated: gpt, llama, vit, resnet, "
+                   "medium, small, tiny")
+    p.add_argument("--budgets", default="auto,0.5")
+    p.add_argument("--out", default=None, help="write the rows here as JSON")
+    p.add_argument("--profile-out", default=None,
+                   help="folder for each row's cProfile stats (MODEL_BUDGET.prof)")
+    p.add_argument("--top", type=int, default=0,
+                   help="print each row's N functions of most own time")
+    p.add_argument("-v", "--verbose", action="store_true", help="log each planning phase (INFO)")
+    args = p.parse_args(argv)
+    os.environ.setdefault("OFFLOAD_COMPILER_PLAN_CACHE", "0")
+    if args.verbose:
+        import logging
+
+        logging.basicConfig(level=logging.INFO, format="%(message)s")
+    rows, not_run = [], []
+    for name in args.models.split(","):
+        for text in args.budgets.split(","):
+            budget = _budget(text)
+            prof = Path(args.profile_out) / f"{name}_{text}.prof" if args.profile_out else None
+            try:
+                row = measure(name, budget, prof)
+            except ImportError as e:
+                not_run.append(f"{name}: not run ({e})")
+                break
+            rows.append(row)
+            print(f"{name} {text}: {row['summary']}", flush=True)
+            if args.top and prof is not None:
+                pstats.Stats(str(prof)).sort_stats("tottime").print_stats(args.top)
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(json.dumps({"hardware": H100_PROFILE, "rows": rows,
+                                              "not_run": not_run}, indent=1))
+    print(tabulate([[r["model"], r["budget"], f"{r['trace_and_plan_s']:.1f}", f"{r['planning_s']:.1f}",
+                     f"{r['min-cut_s']:.1f}", f"{r['gather_s']:.1f}", f"{r['solve_s']:.1f}",
+                     f"{r['simulate_s']:.1f}", r["simulations"], r["min-cut partitions"], r["gathers"],
+                     f"{r['activation_peak_mib']:.0f}", f"{r['step_ms'] / r['baseline_step_ms']:.3f}"]
+                    for r in rows],
+                   headers=["model", "budget", "trace+plan s", "planning s", "min-cut s", "gather s",
+                            "solve s", "simulate s", "simulations", "min-cuts", "gathers",
+                            "act peak MiB", "step vs base"]))
+    for line in not_run:
+        print(line)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
