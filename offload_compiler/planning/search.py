@@ -40,7 +40,7 @@ from .facts import Facts, final_simulation, gather, lanes_of, tag_recompute
 from .hardware import profile_for
 from .replan import Corrections, MemoryLimitError
 from .simulator import Lanes, SimResult
-from .solver import Solution, bisect_budgets, solve
+from .solver import SimMemo, Solution, bisect_budgets, solve
 
 #: Progress of a compile, one line per phase (a child of ``offload_compiler``, so the
 #: one INFO summary per graph stays alone on that logger).
@@ -173,8 +173,11 @@ def _plan_cost_model(joint_gm, start: Partition, num_fwd_outputs: int, config: O
              _mib(sum(x.nbytes for x in facts.tensors)), _mib(baseline.peak_bytes),
              baseline.step_ms, budget.describe(), time.perf_counter() - t0)
     tags = recompute_tags(joint_gm)  # the user's, before any probe tags the graph
+    reuse = _Reuse(joint_gm, repartition, functools.partial(
+        _gather_facts, num_fwd_outputs=num_fwd_outputs, joint_gm=joint_gm, cost=cost,
+        min_bytes=config.min_offload_bytes))
     realise = functools.partial(_realise, joint_gm, num_fwd_outputs, config, start, lanes,
-                                baseline, cost, budget, repartition)
+                                baseline, cost, budget, reuse)
     t1 = time.perf_counter()
     available = corrections.available_bytes
     best = None
@@ -211,37 +214,87 @@ def _plan_cost_model(joint_gm, start: Partition, num_fwd_outputs: int, config: O
 
 
 def _solve(facts: Facts, config: OffloadConfig, lanes: Lanes, budget_bytes: int | None,
-           auto: bool) -> Solution:
-    """The solver on ``facts`` for ``budget_bytes`` (``None``: ``"auto"``'s own search)."""
+           auto: bool, memo: SimMemo | None = None) -> Solution:
+    """The solver on ``facts`` for ``budget_bytes`` (``None``: ``"auto"``'s own search);
+    ``memo``: the simulations earlier solves on ``facts`` ran."""
     return solve(
         facts.fw_ms, facts.bw_ms, facts.tensors, facts.options, lanes,
         budget_bytes=budget_bytes, max_overhead=config.max_overhead,
         host_cap_bytes=config.max_host_bytes, for_auto=auto,
-        bw_out_bytes=facts.bw_out_bytes, slowed=facts.slowed,
+        bw_out_bytes=facts.bw_out_bytes, slowed=facts.slowed, memo=memo,
     )
 
 
+def _gather_facts(fw_gm: fx.GraphModule, bw_gm: fx.GraphModule, candidates: list[Candidate], *,
+                  num_fwd_outputs: int, joint_gm: fx.GraphModule, cost: NodeCosts,
+                  min_bytes: int) -> Facts:
+    return gather(fw_gm, bw_gm, num_fwd_outputs, candidates, joint_gm, cost, min_bytes)
+
+
+class _Reuse:
+    """What planning one graph would otherwise compute again: min-cut's partition and its
+    facts for each set of recompute tags on the joint graph (``"auto"``'s probes often
+    realise the same recomputation), and the simulations the solver ran on each set of
+    facts (every probe solves the default partition first). Each is a pure function of
+    its key, so reuse changes no plan, only the time it takes.
+
+    Min-cut also leaves tags of its own on the joint graph (``MUST_SAVE`` where its
+    cleanup says so): a reused partition puts back the tags its min-cut left."""
+
+    def __init__(self, joint_gm: fx.GraphModule, repartition: Repartition,
+                 gather_facts: Callable[[fx.GraphModule, fx.GraphModule, list[Candidate]], Facts]):
+        self.joint_gm = joint_gm
+        self._repartition = repartition
+        self._gather = gather_facts
+        self._partitions: dict[tuple, tuple[Partition, dict[str, Any]]] = {}
+        self._memos: dict[int, tuple[Facts, SimMemo]] = {}
+        self.partitions_reused = 0
+
+    def partition(self) -> Partition:
+        """Min-cut's partition of the joint graph as tagged now, with its facts."""
+        key = tuple(sorted(recompute_tags(self.joint_gm).items()))
+        known = self._partitions.get(key)
+        if known is None:
+            fw_gm, bw_gm, candidates = self._repartition()
+            left = recompute_tags(self.joint_gm)
+            facts = self._gather(fw_gm, bw_gm, candidates)
+            known = self._partitions[key] = (Partition(fw_gm, bw_gm, candidates, facts), left)
+        else:
+            self.partitions_reused += 1
+            _restore_tags(self.joint_gm, known[1])
+        return known[0]
+
+    def memo(self, facts: Facts) -> SimMemo:
+        """The solver's simulations on ``facts``, kept across solves."""
+        known = self._memos.get(id(facts))
+        if known is None or known[0] is not facts:
+            known = self._memos[id(facts)] = (facts, SimMemo())
+        return known[1]
+
+
 def _realise(joint_gm, num_fwd_outputs: int, config: OffloadConfig, start: Partition, lanes,
-             baseline, cost, budget: Budget, repartition: Repartition,
+             baseline, cost, budget: Budget, reuse: _Reuse,
              budget_bytes: int | None) -> _Realised:
     """Solve on ``start`` (the default partition) for ``budget_bytes`` (``None``:
     ``"auto"``'s own search), realise the recomputation by tagging ``joint_gm`` and
-    running min-cut again, and simulate the result; solve again on the realised
-    partition where it misses the budget, up to ``MAX_ROUNDS`` times in all."""
+    running min-cut again (``reuse`` holds the partitions made before), and simulate
+    the result; solve again on the realised partition where it misses the budget, up to
+    ``MAX_ROUNDS`` times in all."""
     fw_gm, bw_gm, candidates, facts = start.fw_gm, start.bw_gm, start.candidates, start.facts
     earlier = {c.name: c for c in candidates}
     recomputed: dict[str, str] = {}  # name -> reason, over all rounds
     bound = None  # after the first round: the peak to hold the plan to
     for _ in range(MAX_ROUNDS):
-        solution = _solve(facts, config, lanes, budget_bytes if bound is None else bound, budget.auto)
+        solution = _solve(facts, config, lanes, budget_bytes if bound is None else bound, budget.auto,
+                          reuse.memo(facts))
         recompute = [n for n, d in solution.decisions.items() if d == RECOMPUTE]
         recomputed.update((n, solution.reasons[n]) for n in recompute)
         if recompute:
             tag_recompute(joint_gm, [facts.chains[n] for n in recompute])
-            fw_gm, bw_gm, candidates = repartition()
+            realised = reuse.partition()
+            fw_gm, bw_gm, candidates, facts = (realised.fw_gm, realised.bw_gm,
+                                               realised.candidates, realised.facts)
             earlier.update((c.name, c) for c in candidates if c.name not in earlier)
-            facts = gather(fw_gm, bw_gm, num_fwd_outputs, candidates, joint_gm, cost,
-                           config.min_offload_bytes)
         decisions = {n: d for n, d in solution.decisions.items() if d != RECOMPUTE}
         final = final_simulation(facts, decisions, lanes)
         # The partition that realises the recomputation is not the one the solver

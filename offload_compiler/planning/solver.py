@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Callable
 
 from ..decision import KEEP, OFFLOAD, RECOMPUTE, Decision
 from .simulator import Lanes, SimResult, SimTensor, copy_ms, simulate
@@ -57,6 +57,30 @@ class Solution:
     nbytes: dict[str, int] = dataclasses.field(default_factory=dict)
 
 
+class SimMemo:
+    """Simulated results of one problem by decision set, shared by the greedy runs of
+    one :func:`solve` (``"auto"`` runs eleven, each trying many of the same plans) and,
+    passed to :func:`solve` again, by later solves of the same problem (the planner's
+    ``"auto"`` probes solve the default partition once each). The simulator is a pure
+    function of its inputs, so a remembered result is the result a fresh simulation
+    gives. Bound to the inputs of its first solve: another problem's raises."""
+
+    def __init__(self) -> None:
+        self.results: dict[tuple[Decision, ...], SimResult] = {}
+        self.inputs: tuple[Any, ...] | None = None
+        self.hits = 0
+        """Simulations answered from memory."""
+        self.misses = 0
+        """Simulations run."""
+
+    def bind(self, inputs: tuple[Any, ...]) -> None:
+        if self.inputs is None:
+            self.inputs = inputs
+        elif self.inputs != inputs:
+            raise ValueError("SimMemo: remembered simulations of another problem (ops, tensors, "
+                             "lanes, backward outputs or slowed ops differ); use one memo per problem")
+
+
 #: Bisection steps of ``"auto"``'s search over fixed budgets.
 AUTO_SEARCH_STEPS = 10
 #: Phase 4 tries to swap this many of the dearest decisions for cheaper ones.
@@ -77,11 +101,16 @@ def solve(
     for_auto: bool = False,
     bw_out_bytes: list[int] | None = None,
     slowed: tuple[list[bool], list[bool]] | None = None,
+    memo: SimMemo | None = None,
 ) -> Solution:
     """Decisions for ``budget_bytes`` (``None``: ``"auto"``); see the module docstring.
-    ``for_auto``: a fixed budget that ``"auto"`` chose; reasons are worded for auto."""
+    ``for_auto``: a fixed budget that ``"auto"`` chose; reasons are worded for auto.
+    ``memo``: simulations remembered from earlier solves of the same problem (and this
+    one's, for later solves); without it, remembered for this solve only."""
+    memo = memo if memo is not None else SimMemo()
+    memo.bind((fw_ms, bw_ms, tensors, lanes, bw_out_bytes, slowed))
     problem = _Problem(fw_ms, bw_ms, tensors, options, lanes, max_overhead, host_cap_bytes,
-                       tolerance_ms, bw_out_bytes, slowed)
+                       tolerance_ms, bw_out_bytes, slowed, memo)
     best = _greedy(problem, budget_bytes)
     if budget_bytes is not None and not for_auto:
         return best
@@ -140,6 +169,7 @@ class _Problem:
     tolerance_ms: float | None
     bw_out_bytes: list[int] | None
     slowed: tuple[list[bool], list[bool]] | None
+    memo: SimMemo
 
 
 def _greedy(problem: _Problem, budget_bytes: int | None) -> Solution:
@@ -161,10 +191,19 @@ def _greedy(problem: _Problem, budget_bytes: int | None) -> Solution:
     # Each tensor under each decision, made once: the greedy simulates thousands of trials.
     variants = {(x.name, d): dataclasses.replace(x, decision=d) for x in tensors for d in Decision}
 
+    memo = problem.memo
+
     def run(dec: dict[str, Decision]) -> SimResult:
-        return simulate(problem.fw_ms, problem.bw_ms,
-                        [variants[x.name, dec[x.name]] for x in tensors], lanes,
-                        bw_out_bytes=problem.bw_out_bytes, slowed=problem.slowed)
+        key = tuple(dec[x.name] for x in tensors)
+        result = memo.results.get(key)
+        if result is not None:
+            memo.hits += 1
+            return result
+        memo.misses += 1
+        result = memo.results[key] = simulate(
+            problem.fw_ms, problem.bw_ms, [variants[x.name, d] for x, d in zip(tensors, key)],
+            lanes, bw_out_bytes=problem.bw_out_bytes, slowed=problem.slowed)
+        return result
 
     def over_host_cap(dec: dict[str, Decision]) -> bool:
         return host_cap_bytes is not None and \

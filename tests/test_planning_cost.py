@@ -1,0 +1,164 @@
+"""What makes planning cheaper changes no plan:
+the solver's memo of simulations against fresh ones, and bounds on the work the
+planner does on the small GPT (counts, never times)."""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+
+import pytest
+
+from offload_compiler.decision import KEEP, OFFLOAD, Decision
+from offload_compiler.planning.simulator import Lanes, SimTensor, simulate
+from offload_compiler.planning.step_peak import Transient
+
+
+MB = 10**6
+
+
+def _random_step(rng: random.Random, *, backwards_time: bool = False):
+    """A random step: ops, tensors with every decision, fixed points on some, groups,
+    backward outputs, slowed ops and transients. ``backwards_time``: some ops last less
+    than nothing, so memory changes come out of time order (hand-made inputs only)."""
+    n_fw, n_bw = rng.randint(1, 30), rng.randint(1, 40)
+
+    def ms() -> float:
+        return rng.choice([0.0, 0.0, rng.random(), rng.random() * 10, float(rng.randint(1, 5))])
+
+    fw = [ms() for _ in range(n_fw)]
+    bw = [ms() for _ in range(n_bw)]
+    if backwards_time:
+        bw[rng.randrange(n_bw)] = -rng.random()
+    tensors = []
+    for j in range(rng.randint(0, 12)):
+        produced = rng.randrange(n_fw)
+        last_fw = rng.randint(produced, n_fw - 1)
+        first_bw = rng.randrange(n_bw)
+        last_bw = rng.randint(first_bw, n_bw - 1)
+        decision = rng.choice(list(Decision))
+        group = rng.choice(["", "", "g1", "g2"])
+        rc = ms()
+        tensors.append(SimTensor(
+            f"t{j}", rng.choice([0, MB, 3 * MB, rng.randint(1, 20 * MB)]), produced, last_fw,
+            first_bw, last_bw, decision, rc,
+            release_after=rng.choice([None, None, rng.randrange(n_fw)]) if decision == OFFLOAD else None,
+            reload_before=rng.choice([None, None, rng.randrange(n_bw)]) if decision == OFFLOAD else None,
+            group=group, shared_ms=rng.random() * rc if group else 0.0))
+    lanes = Lanes(d2h_gbps=rng.choice([0.5, 1.0, 7.0]), h2d_gbps=rng.choice([0.5, 1.0, 7.0]),
+                  lead=rng.choice([0.0, 0.5]), compute_slowdown=rng.choice([0.0, 0.037, 0.3]))
+    kwargs = {}
+    if rng.random() < 0.6:
+        kwargs["bw_out_bytes"] = [rng.choice([0, 0, MB, 5 * MB]) for _ in range(n_bw)]
+    if rng.random() < 0.6:
+        kwargs["slowed"] = ([rng.random() < 0.5 for _ in range(n_fw)],
+                            [rng.random() < 0.5 for _ in range(n_bw)])
+    if rng.random() < 0.4:
+        n = n_fw + n_bw
+        spans = []
+        for _ in range(rng.randint(0, 10)):
+            first = rng.randrange(n)
+            spans.append(Transient(rng.choice([MB, 2 * MB]), first, rng.randint(first, n - 1),
+                                   key=rng.choice(["", "bf16:1", "bf16:2"]),
+                                   allocates=rng.random() < 0.5, pooled=rng.random() < 0.5))
+        kwargs["transients"] = spans
+    kwargs["record"] = rng.random() < 0.5
+    return fw, bw, tensors, lanes, kwargs
+
+
+def _random_problem(rng: random.Random):
+    from offload_compiler.planning.solver import Option
+
+    fw, bw, tensors, lanes, kwargs = _random_step(rng)
+    tensors = [dataclasses.replace(x, decision=KEEP, release_after=None, reload_before=None)
+               for x in tensors]
+    options = {x.name: Option(can_offload=rng.random() < 0.8, can_recompute=rng.random() < 0.6)
+               for x in tensors}
+    extra = {k: kwargs[k] for k in ("bw_out_bytes", "slowed") if k in kwargs}
+    return fw, bw, tensors, options, lanes, extra
+
+
+def test_memo_holds_what_a_fresh_simulation_gives():
+    """Every result the solver's memo keeps is, field for field, what simulating its
+    decision set afresh gives."""
+    from offload_compiler.planning.solver import SimMemo, solve
+
+    rng = random.Random(7)
+    checked = 0
+    for _ in range(40):
+        fw, bw, tensors, options, lanes, extra = _random_problem(rng)
+        memo = SimMemo()
+        solve(fw, bw, tensors, options, lanes, budget_bytes=None, max_overhead=0.2, memo=memo, **extra)
+        assert memo.misses == len(memo.results)
+        for key, result in memo.results.items():
+            fresh = simulate(fw, bw, [dataclasses.replace(x, decision=d) for x, d in zip(tensors, key)],
+                             lanes, **extra)
+            assert dataclasses.asdict(result) == dataclasses.asdict(fresh)
+            checked += 1
+    assert checked > 200
+
+
+def test_solves_sharing_a_memo_decide_as_fresh_ones():
+    """Solves of one problem at several budgets, sharing one memo (as ``"auto"``'s probes
+    do), return what each returns alone: decisions, reasons and predictions."""
+    from offload_compiler.planning.solver import SimMemo, solve
+
+    rng = random.Random(11)
+    for _ in range(25):
+        fw, bw, tensors, options, lanes, extra = _random_problem(rng)
+        total = sum(x.nbytes for x in tensors)
+        memo = SimMemo()
+        for budget, for_auto in ((None, False), (total // 2, True), (total // 3, False), (0, False)):
+            kw = dict(budget_bytes=budget, max_overhead=0.1, for_auto=for_auto, **extra)
+            shared = solve(fw, bw, tensors, options, lanes, memo=memo, **kw)
+            alone = solve(fw, bw, tensors, options, lanes, **kw)
+            assert dataclasses.asdict(shared) == dataclasses.asdict(alone)
+        assert memo.hits > 0
+
+
+def test_memo_refuses_another_problem():
+    from offload_compiler.planning.solver import SimMemo, solve
+
+    rng = random.Random(3)
+    memo = SimMemo()
+    fw, bw, tensors, options, lanes, extra = _random_problem(rng)
+    solve(fw, bw, tensors, options, lanes, budget_bytes=None, max_overhead=0.1, memo=memo, **extra)
+    with pytest.raises(ValueError, match="another problem"):
+        solve([x + 1.0 for x in fw], bw, tensors, options, lanes, budget_bytes=None,
+              max_overhead=0.1, memo=memo, **extra)
+
+
+def _small_gpt():
+    import torch
+
+    from offload_compiler.models.gpt import GPT, make_batch, preset
+
+    torch.manual_seed(0)
+    cfg = preset("tiny", n_layers=4)
+    return GPT(cfg), make_batch(cfg)
+
+
+def test_auto_simulates_no_plan_twice_on_one_partition(monkeypatch):
+    """Planning the small GPT at ``"auto"`` (the solver's bisection, then four probes,
+    each solving the default partition again) simulates each decision set at most once
+    per partition: 776 simulations, where it ran 2054 before the memo."""
+    import torch
+
+    from helpers import backend, loopback
+    from offload_compiler.planning import solver
+
+    seen: list[tuple[int, tuple]] = []
+    simulate_ = solver.simulate
+
+    def counted(fw_ms, bw_ms, tensors, lanes, **kwargs):
+        seen.append((id(fw_ms), tuple(x.decision for x in tensors)))
+        return simulate_(fw_ms, bw_ms, tensors, lanes, **kwargs)
+
+    monkeypatch.setattr(solver, "simulate", counted)
+    model, inputs = _small_gpt()
+    b = backend(**loopback(policy="cost_model", inner_compiler="eager", memory_budget="auto",
+                           min_offload_bytes=0))
+    torch.compile(model, backend=b)(*inputs).backward()
+    assert b.plans and b.plans[0].recomputed  # the probes realised recomputations
+    assert len(seen) == len(set(seen))
+    assert len(seen) <= 1000
