@@ -162,3 +162,45 @@ def test_auto_simulates_no_plan_twice_on_one_partition(monkeypatch):
     assert b.plans and b.plans[0].recomputed  # the probes realised recomputations
     assert len(seen) == len(set(seen))
     assert len(seen) <= 1000
+
+
+def test_repartitions_skip_a_second_cse_and_plan_the_same(monkeypatch):
+    """Min-cut eliminates common subexpressions of the joint graph once, on the first
+    partition; the planner's repartitions skip that pass and make the same plan as when
+    each of them runs it."""
+    import contextlib
+
+    import torch
+    from torch._functorch import partitioners
+
+    from helpers import backend, loopback
+    from offload_compiler.planning import search
+
+    calls = []
+    cse = partitioners.fx_graph_cse
+    monkeypatch.setattr(partitioners, "fx_graph_cse", lambda g: calls.append(g) or cse(g))
+    min_cuts = []
+    partition = search._Reuse.partition
+    monkeypatch.setattr(search._Reuse, "partition", lambda self: min_cuts.append(1) or partition(self))
+
+    def plan():
+        torch._dynamo.reset()
+        model, inputs = _small_gpt()
+        b = backend(**loopback(policy="cost_model", inner_compiler="eager", memory_budget=0.2,
+                               min_offload_bytes=0, plan_cache=False))
+        torch.compile(model, backend=b)(*inputs).backward()
+        (p,) = b.plans
+        return [(d.name, d.decision) for d in p.decisions], p.predicted
+
+    skipped = plan()
+    assert min_cuts and len(calls) == 1
+    calls.clear()
+
+    class _Always:
+        @staticmethod
+        def patch(**_):
+            return contextlib.nullcontext()
+
+    monkeypatch.setattr(search, "functorch_config", _Always)
+    assert plan() == skipped
+    assert len(calls) > 1

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 import torch.fx as fx
+from torch._functorch import config as functorch_config
 
 from passes import Candidate
 from passes.schedule_prefetches import NEXT_CALL
@@ -239,7 +240,13 @@ class _Reuse:
     its key, so reuse changes no plan, only the time it takes.
 
     Min-cut also leaves tags of its own on the joint graph (``MUST_SAVE`` where its
-    cleanup says so): a reused partition puts back the tags its min-cut left."""
+    cleanup says so): a reused partition puts back the tags its min-cut left.
+
+    Min-cut's first step replaces the joint graph with its common-subexpression-
+    eliminated copy. The partition the planner starts from did that already, and one
+    pass leaves no two nodes alike (it substitutes each node's arguments before
+    comparing), so the repartitions here skip it (``torch._functorch.config.cse``, for
+    their scope): about a sixth of each min-cut's time, the same partition."""
 
     def __init__(self, joint_gm: fx.GraphModule, repartition: Repartition,
                  gather_facts: Callable[[fx.GraphModule, fx.GraphModule, list[Candidate]], Facts]):
@@ -255,7 +262,8 @@ class _Reuse:
         key = tuple(sorted(recompute_tags(self.joint_gm).items()))
         known = self._partitions.get(key)
         if known is None:
-            fw_gm, bw_gm, candidates = self._repartition()
+            with functorch_config.patch(cse=False):
+                fw_gm, bw_gm, candidates = self._repartition()
             left = recompute_tags(self.joint_gm)
             facts = self._gather(fw_gm, bw_gm, candidates)
             known = self._partitions[key] = (Partition(fw_gm, bw_gm, candidates, facts), left)
