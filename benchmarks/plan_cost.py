@@ -1,20 +1,20 @@
 """Where planning time goes: per-phase seconds and counts, planned on a CPU.
 
     python benchmarks/plan_cost.py --models gpt,llama --budgets auto,0.5
-    python benchmarks/plan_cost.py --models gpt --budgets auto --profile-out out/gpt_auto.prof
+    python benchmarks/plan_cost.py --models gpt --budgets auto --profile-out out/prof --top 30
 
 For each model of ``--models`` and each budget of ``--budgets`` it compiles the model
 with the offload backend in loopback mode (``devices=("cpu",)``), the measured H100
-profile given in full (``benchmarks/plan_offline.py``), under ``cProfile``, and stops
-compilation once the planner has decided: nothing runs at the model's size. It prints
-per row the wall seconds from the start of the compile to the plan and the CPU seconds
-of the same (``time.process_time``: what the process itself spent, which moves less than
-wall time when other work shares the cores), the CPU seconds inside the planner and in
-its phases (cumulative time of the functions that make them, profiled on the process's
-CPU clock), and the counts that do not depend on how busy the machine is: simulations of a plan
-(``simulator.simulate``), min-cut partitions (``partitioner._partition``) and facts
-gathered off a partition (``facts.gather``). The plan cache is off unless
-``OFFLOAD_COMPILER_PLAN_CACHE`` says otherwise.
+profile given in full (``benchmarks/plan_offline.py``), and stops compilation once the
+planner has decided: nothing runs at the model's size. It prints per row the wall and
+CPU seconds (``time.process_time``) from the start of the compile to the plan, the same
+inside the planner and in its phases, and the counts that do not depend on how busy
+the machine is: simulations of a plan (``simulator.simulate``), min-cut partitions
+(``partitioner._partition``, the first one included) and facts gathered off a partition
+(``facts.gather``). Phases are timed by wrapping those functions (and ``plan_graph``,
+``solver.solve``) where they are called: a few thousand calls, no profiler in the way.
+``--profile-out`` also runs each row under ``cProfile`` (slower; for the breakdown by
+function). The plan cache is off unless ``OFFLOAD_COMPILER_PLAN_CACHE`` says otherwise.
 
 Models (``benchmarks/zoo_models.py`` where the zoo has them, on the CPU):
 
@@ -26,12 +26,14 @@ Models (``benchmarks/zoo_models.py`` where the zoo has them, on the CPU):
 - ``medium``, ``small``, ``tiny``: smaller presets of the example GPT.
 
 A model whose package does not import is reported as not run, with the error. Counts
-are what to compare across runs: the machine's other work moves wall time.
+are what to compare across runs: the machine's other work moves wall time, and CPU time
+less so.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import cProfile
 import json
 import os
@@ -49,21 +51,50 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from plan_offline import H100_PROFILE, plan_once  # noqa: E402
 
-#: Phases: a name, and the functions (file suffix, function name) whose cumulative time
-#: makes it. Counts are the number of calls of the first function of each.
+#: Phases: a name, the function that makes it (module, name) and the modules that call it
+#: by that name (each is wrapped there).
 PHASES = {
-    "planning": [("planning/search.py", "plan_graph")],
-    "min-cut": [("offload_compiler/partitioner.py", "_partition")],
-    "gather": [("planning/facts.py", "gather")],
-    "solve": [("planning/solver.py", "solve")],
-    "simulate": [("planning/simulator.py", "simulate")],
-    "auto probes": [("planning/search.py", "_search_realised")],
+    "planning": ("offload_compiler.planning.search", "plan_graph", ["offload_compiler.partitioner"]),
+    "min-cut": ("offload_compiler.partitioner", "_partition", ["offload_compiler.partitioner"]),
+    "gather": ("offload_compiler.planning.facts", "gather",
+               ["offload_compiler.planning.search", "offload_compiler.planning.facts"]),
+    "solve": ("offload_compiler.planning.solver", "solve", ["offload_compiler.planning.search"]),
+    "simulate": ("offload_compiler.planning.simulator", "simulate",
+                 ["offload_compiler.planning.solver", "offload_compiler.planning.facts"]),
 }
-COUNTS = {
-    "simulations": ("planning/simulator.py", "simulate"),
-    "min-cut partitions": ("offload_compiler/partitioner.py", "_partition"),
-    "gathers": ("planning/facts.py", "gather"),
-}
+#: Counts reported under these names: calls of the phase's function.
+COUNTS = {"simulations": "simulate", "min-cut partitions": "min-cut", "gathers": "gather"}
+
+
+@contextlib.contextmanager
+def metered():
+    """Wrap every phase's function where it is called; yields ``{phase: [calls, wall s,
+    cpu s]}``, filled as they run, and puts the functions back after."""
+    import importlib
+
+    seen = {phase: [0, 0.0, 0.0] for phase in PHASES}
+    undo = []
+    for phase, (module, name, callers) in PHASES.items():
+        fn = getattr(importlib.import_module(module), name)
+
+        def timed(*args, _fn=fn, _row=seen[phase], **kwargs):
+            t0, c0 = time.perf_counter(), time.process_time()
+            try:
+                return _fn(*args, **kwargs)
+            finally:
+                _row[0] += 1
+                _row[1] += time.perf_counter() - t0
+                _row[2] += time.process_time() - c0
+
+        for caller in callers:
+            mod = importlib.import_module(caller)
+            undo.append((mod, name, getattr(mod, name)))
+            setattr(mod, name, timed)
+    try:
+        yield seen
+    finally:
+        for mod, name, fn in reversed(undo):
+            setattr(mod, name, fn)
 
 
 def _model(name: str):
@@ -88,46 +119,32 @@ def _model(name: str):
     return model, inputs
 
 
-def _stats_by_function(profile: cProfile.Profile) -> dict[tuple[str, str], tuple[int, float]]:
-    """(file, function) -> (calls, cumulative seconds), summed over same-named entries."""
-    out: dict[tuple[str, str], tuple[int, float]] = {}
-    for (filename, _, func), (_, ncalls, _, cumtime, _) in pstats.Stats(profile).stats.items():
-        key = (filename, func)
-        calls, cum = out.get(key, (0, 0.0))
-        out[key] = (calls + ncalls, cum + cumtime)
-    return out
-
-
-def _lookup(stats, suffix: str, func: str) -> tuple[int, float]:
-    calls, cum = 0, 0.0
-    for (filename, name), (n, t) in stats.items():
-        if name == func and filename.replace(os.sep, "/").endswith(suffix):
-            calls, cum = calls + n, cum + t
-    return calls, cum
-
-
 def measure(name: str, budget, profile_out: Path | None = None) -> dict:
-    """Plan ``name`` at ``budget`` under cProfile: seconds and counts."""
+    """Plan ``name`` at ``budget``: seconds and counts (``profile_out``: under cProfile,
+    its stats written there)."""
     model, inputs = _model(name)
     options = {"devices": ("cpu",), "hardware": H100_PROFILE, "memory_budget": budget,
                "policy": "cost_model"}
-    profile = cProfile.Profile(time.process_time)
-    t0, c0 = time.perf_counter(), time.process_time()
-    profile.enable()
-    try:
-        plan = plan_once(model, inputs, options)
-    finally:
-        profile.disable()
-    total_s, cpu_s = time.perf_counter() - t0, time.process_time() - c0
-    if profile_out is not None:
+    profile = cProfile.Profile() if profile_out is not None else None
+    with metered() as phases:
+        t0, c0 = time.perf_counter(), time.process_time()
+        if profile is not None:
+            profile.enable()
+        try:
+            plan = plan_once(model, inputs, options)
+        finally:
+            if profile is not None:
+                profile.disable()
+        total_s, cpu_s = time.perf_counter() - t0, time.process_time() - c0
+    if profile is not None:
         profile_out.parent.mkdir(parents=True, exist_ok=True)
         profile.dump_stats(str(profile_out))
-    stats = _stats_by_function(profile)
-    row = {"model": name, "budget": budget, "trace_and_plan_s": total_s, "trace_and_plan_cpu_s": cpu_s}
-    for phase, funcs in PHASES.items():
-        row[f"{phase}_s"] = sum(_lookup(stats, *f)[1] for f in funcs)
-    for count, func in COUNTS.items():
-        row[count] = _lookup(stats, *func)[0]
+    row = {"model": name, "budget": budget, "trace_and_plan_s": total_s, "trace_and_plan_cpu_s": cpu_s,
+           "profiled": profile is not None}
+    for phase, (calls, wall_s, phase_cpu_s) in phases.items():
+        row[f"{phase}_s"], row[f"{phase}_cpu_s"] = wall_s, phase_cpu_s
+    for count, phase in COUNTS.items():
+        row[count] = phases[phase][0]
     pr = plan.predicted
     row.update(step_ms=pr["step_ms"], baseline_step_ms=pr["baseline_step_ms"],
                activation_peak_mib=pr["activation_peak_bytes"] / 2**20,
@@ -176,14 +193,14 @@ def main(argv: list[str] | None = None) -> int:
         Path(args.out).write_text(json.dumps({"hardware": H100_PROFILE, "rows": rows,
                                               "not_run": not_run}, indent=1))
     print(tabulate([[r["model"], r["budget"], f"{r['trace_and_plan_s']:.1f}",
-                     f"{r['trace_and_plan_cpu_s']:.1f}", f"{r['planning_s']:.1f}",
-                     f"{r['min-cut_s']:.1f}", f"{r['gather_s']:.1f}", f"{r['solve_s']:.1f}",
-                     f"{r['simulate_s']:.1f}", r["simulations"], r["min-cut partitions"], r["gathers"],
+                     f"{r['trace_and_plan_cpu_s']:.1f}", f"{r['planning_cpu_s']:.1f}",
+                     f"{r['min-cut_cpu_s']:.1f}", f"{r['gather_cpu_s']:.1f}", f"{r['solve_cpu_s']:.1f}",
+                     f"{r['simulate_cpu_s']:.1f}", r["simulations"], r["min-cut partitions"], r["gathers"],
                      f"{r['activation_peak_mib']:.0f}", f"{r['step_ms'] / r['baseline_step_ms']:.3f}"]
                     for r in rows],
-                   headers=["model", "budget", "trace+plan s", "CPU s", "planning CPU s", "min-cut",
-                            "gather", "solve", "simulate", "simulations", "min-cuts", "gathers",
-                            "act peak MiB", "step vs base"]))
+                   headers=["model", "budget", "trace+plan s", "CPU s", "planning CPU s", "min-cut CPU s",
+                            "gather CPU s", "solve CPU s", "simulate CPU s", "simulations", "min-cuts",
+                            "gathers", "act peak MiB", "step vs base"]))
     for line in not_run:
         print(line)
     return 0
