@@ -87,6 +87,19 @@ def llama() -> tuple[nn.Module, tuple[torch.Tensor]]:
     return model, (ids,)
 
 
+def llama_4l() -> tuple[nn.Module, tuple[torch.Tensor]]:
+    """The Llama above with 4 layers and a batch of 2 (per rank): issue 21's two-GPU setup."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    cfg = LlamaConfig(num_hidden_layers=4, hidden_size=2048, num_attention_heads=16,
+                      intermediate_size=5632, vocab_size=32000, max_position_embeddings=4096,
+                      use_cache=False, attn_implementation="sdpa")
+    torch.manual_seed(SEED)
+    model = CausalLMLoss(LlamaForCausalLM(cfg)).train()
+    ids = torch.randint(cfg.vocab_size, (2, 4096), generator=_batch_generator())
+    return model, (ids,)
+
+
 def vit() -> tuple[nn.Module, tuple[torch.Tensor, torch.Tensor]]:
     """ViT-B/16 (timm ``vit_base_patch16_224``), batch 96 of 3x224x224 images, 1000
     classes, under bf16 autocast. Run in float32 (the weights)."""
