@@ -149,7 +149,9 @@ class OffloadBackend:
         def recompile(new: Corrections, args: list) -> tuple[Callable[..., Any], GraphPlan | None]:
             return self._compile_planned(gm, args, config, planned_at, new, patches, slots)
 
-        replans = planned_at is None and config.policy == "cost_model"  # "all": measured only
+        # Measured only: "all" (nothing to choose), and per_block (a block's calls overlap
+        # their neighbours', which its measurement does not separate yet).
+        replans = planned_at is None and config.policy == "cost_model" and not config.per_block
         measured = MeasuredGraph(compiled, plan, device, corrections, recompile if replans else None)
         self._measured.add(measured)
         return measured

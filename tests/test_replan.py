@@ -131,7 +131,7 @@ def test_gradients_are_bitwise_equal_across_a_replan(source):
     model, batch = _model()
     reference = train(model, batch, backend(**OPTIONS, policy="none", replan=False), steps=7)
     b = backend(**OPTIONS, memory_budget=0.5)
-    source(_as_predicted(b.plans, time_scale=3.0, peak_extra=1 << 20))
+    source(_as_predicted(b.plans, time_scale=2.5, peak_extra=1 << 20))
     got = train(model, batch, b, steps=7)
     assert len(b.plans) == 2  # the plan changed at step 5 (call 4 evaluates; same inputs)
     assert_bitwise(got, reference)
@@ -221,3 +221,21 @@ def test_the_measurement_is_written_to_the_dump_beside_the_prediction(source, tm
     names = [e.get("args", {}).get("name") for e in trace["traceEvents"] if e.get("ph") == "M"]
     assert any(n and n.startswith("measured") for n in names), names
     assert any(e.get("name") == "d2h 1.0 MiB" for e in trace["traceEvents"])
+
+
+def test_a_measurement_far_from_any_plan_is_not_acted_on(source, caplog):
+    """A measured step 10x the prediction measured something else (other graphs' work
+    inside this graph's span): warned about, the plan kept."""
+    b = backend(**OPTIONS, memory_budget=0.5)
+    source(_as_predicted(b.plans, time_scale=10.0))
+    with caplog.at_level(logging.WARNING, logger="offload_compiler"):
+        _run(b, steps=6)
+    assert len(b.plans) == 1 and b.plans[0].measured is not None
+    assert "keeping the plan" in caplog.text
+
+
+def test_per_block_graphs_are_measured_not_replanned(source):
+    b = backend(**OPTIONS, memory_budget=0.5, per_block=True)
+    fake = source(_as_predicted(b.plans, time_scale=2.0))
+    _run(b, steps=6)
+    assert len(fake.asked) == 2 and len(b.plans) == 1 and b.plans[0].measured is not None
