@@ -204,3 +204,42 @@ def test_repartitions_skip_a_second_cse_and_plan_the_same(monkeypatch):
     monkeypatch.setattr(search, "functorch_config", _Always)
     assert plan() == skipped
     assert len(calls) > 1
+
+
+def test_a_partition_is_reused_for_the_same_tags_with_the_tags_min_cut_left():
+    """``search._Reuse``: min-cut runs once per set of recompute tags on the joint graph;
+    asked again for tags it has seen, it hands back the same partition and facts and
+    puts back the tags min-cut left (here, a MUST_SAVE of its own)."""
+    import torch
+    import torch.fx as fx
+    from torch.utils.checkpoint import CheckpointPolicy
+
+    from offload_compiler.planning import search
+
+    class M(torch.nn.Module):
+        def forward(self, x):
+            return (x.sin() * 2).cos()
+
+    joint = fx.symbolic_trace(M())
+    nodes = {n.name: n for n in joint.graph.nodes}
+    made = []
+
+    def repartition():
+        made.append(search.recompute_tags(joint))
+        nodes["cos"].meta["recompute"] = CheckpointPolicy.MUST_SAVE  # min-cut's own tag
+        return f"fw{len(made)}", f"bw{len(made)}", []
+
+    reuse = search._Reuse(joint, repartition, lambda fw, bw, c: f"facts of {fw}")
+    nodes["sin"].meta["recompute"] = CheckpointPolicy.MUST_RECOMPUTE
+    first = reuse.partition()
+    assert (first.fw_gm, first.facts) == ("fw1", "facts of fw1")
+    search._restore_tags(joint, {"mul": CheckpointPolicy.MUST_RECOMPUTE})
+    other = reuse.partition()
+    assert other.fw_gm == "fw2" and len(made) == 2
+    search._restore_tags(joint, {"sin": CheckpointPolicy.MUST_RECOMPUTE})
+    again = reuse.partition()
+    assert again is first and len(made) == 2 and reuse.partitions_reused == 1
+    assert search.recompute_tags(joint) == {"sin": CheckpointPolicy.MUST_RECOMPUTE,
+                                            "cos": CheckpointPolicy.MUST_SAVE}
+    assert reuse.memo(first.facts) is reuse.memo(first.facts)
+    assert reuse.memo(first.facts) is not reuse.memo(other.facts)
