@@ -151,7 +151,7 @@ class OffloadConfig:
     before it (parameters, gradients, optimizer state). Bytes with a unit (``"40GiB"``,
     ``"35.5GB"``) or ``"device"``: what the GPU can give this process when the graph is
     compiled (free memory plus what PyTorch's allocator already holds), less
-    ``DEVICE_MARGIN`` for the allocator's fragmentation. The planner takes the fastest
+    5% for the allocator's fragmentation (``planning.limits.DEVICE_MARGIN``). The planner takes the fastest
     plan whose predicted step peak fits (with ``memory_budget="auto"``; a fixed
     ``memory_budget`` is also met), without running the graph unmodified first; after the
     first measured steps it plans again if the measured peak went over
@@ -329,11 +329,6 @@ def _device_types(devices: Any) -> tuple[str, ...]:
             )
         types.append(kind)
     return tuple(types)
-
-
-#: ``memory_limit="device"``: the fraction of what the GPU can give that is held back for
-#: the caching allocator's fragmentation (blocks split and cached, not reusable at once).
-DEVICE_MARGIN = 0.05
 
 
 def _check_limit(value: Any) -> ByteSize | str | None:

@@ -9,10 +9,20 @@ peak goes over).
 
 from __future__ import annotations
 
+import logging
+from typing import Any, Callable
+
 import torch
 
-from ..config import DEVICE_MARGIN, OffloadConfig
-from .replan import Corrections
+from ..config import OffloadConfig
+from ..nbytes import nbytes_text
+from .replan import Corrections, MemoryLimitError
+
+progress = logging.getLogger("offload_compiler.progress")
+
+#: ``memory_limit="device"``: the fraction of what the GPU can give that is held back for
+#: the caching allocator's fragmentation (blocks split and cached, not reusable at once).
+DEVICE_MARGIN = 0.05
 
 
 def initial(config: OffloadConfig, device: torch.device | None) -> Corrections:
@@ -37,3 +47,51 @@ def device_limit(device: torch.device) -> int:
     already reserves, less ``DEVICE_MARGIN`` of it for fragmentation."""
     free, _total = torch.cuda.mem_get_info(device)
     return int((free + torch.cuda.memory_reserved(device)) * (1 - DEVICE_MARGIN))
+
+
+#: Activation budgets tried between the least peak and the start (``fit_limit``).
+LIMIT_STEPS = 5
+
+
+def fit_limit(first: Any, attempt: Callable[[int], Any], baseline_peak: int, available: int,
+              corrections: Corrections, graph_id: int) -> Any:
+    """The fastest realised plan whose predicted step peak (with the bytes a measurement
+    found the model misses) fits in ``available`` bytes above what is held before the
+    forward. ``attempt(budget)`` realises a plan for an activation budget. The search
+    starts from ``first`` (a fixed ``memory_budget``'s plan) or, with ``"auto"``
+    (``first`` is ``None``), from nothing moved; it bisects the activation budget between
+    the least peak the planner reaches and the start (larger budgets are faster),
+    ``LIMIT_STEPS`` probes, and raises :class:`MemoryLimitError` with the shortfall when
+    even the least peak does not fit."""
+    def peak(r: Any) -> int:
+        return r.final.step_peak_bytes + corrections.unmodelled_bytes
+
+    start = attempt(baseline_peak) if first is None else first
+    if peak(start) <= available:
+        progress.info("offload: graph %d: memory_limit: the plan fits (step peak %s of %s available)",
+                      graph_id, nbytes_text(peak(start)), nbytes_text(available))
+        return start
+    least = attempt(0)
+    if peak(least) > available:
+        raise MemoryLimitError(
+            f"graph {graph_id}: memory_limit cannot be met: the least step peak any plan reaches "
+            f"is {nbytes_text(peak(least))} above the {nbytes_text(corrections.held_before_bytes)} "
+            f"held before the forward, and {nbytes_text(available)} is available under the limit "
+            f"of {nbytes_text(corrections.limit_bytes or 0)}: {nbytes_text(peak(least) - available)} "
+            "short. Raise memory_limit, use a smaller batch, or shard the model.")
+    best, lo, hi = least, least.final.peak_bytes, start.final.peak_bytes
+    for probe in range(LIMIT_STEPS):
+        mid = (lo + hi) // 2
+        trial = attempt(mid)
+        fits = peak(trial) <= available
+        progress.info("offload: graph %d: memory_limit probe %d/%d: budget %s -> step peak %s (%s %s "
+                      "available), step %.2f ms", graph_id, probe + 1, LIMIT_STEPS, nbytes_text(mid),
+                      nbytes_text(peak(trial)), "within" if fits else "over", nbytes_text(available),
+                      trial.final.step_ms)
+        if fits:
+            lo = mid
+            if trial.final.step_ms < best.final.step_ms:
+                best = trial
+        else:
+            hi = mid
+    return best

@@ -39,7 +39,8 @@ from .costs import NodeCosts
 from .decide import choose, decide_from_solution
 from .facts import Facts, final_simulation, gather, lanes_of, tag_recompute
 from .hardware import profile_for
-from .replan import Corrections, MemoryLimitError
+from .limits import fit_limit
+from .replan import Corrections
 from .simulator import Lanes, SimResult
 from .solver import SimMemo, Solution, bisect_budgets, solve
 
@@ -51,8 +52,6 @@ progress = logging.getLogger("offload_compiler.progress")
 MAX_ROUNDS = 3
 #: ``"auto"``: fixed budgets tried on realised partitions after the solver's own choice.
 AUTO_REALISED_STEPS = 4
-#: ``memory_limit``: activation budgets tried between the least peak and the start.
-LIMIT_STEPS = 5
 
 #: ``repartition()``: min-cut on the (re-tagged) joint graph, then candidate analysis:
 #: ``(fw_gm, bw_gm, candidates)``.
@@ -187,8 +186,11 @@ def _plan_cost_model(joint_gm, start: Partition, num_fwd_outputs: int, config: O
         progress.info("offload: graph %d: solved and realised in %.1f s: peak %s, step %.2f ms",
                       graph_id, time.perf_counter() - t1, _mib(best.final.peak_bytes), best.final.step_ms)
     if available is not None:
-        best = _fit_limit(best, realise, baseline, joint_gm, tags, budget, available,
-                          corrections, graph_id)
+        def attempt(nbytes: int) -> _Realised:
+            _restore_tags(joint_gm, tags)
+            return realise(nbytes)
+
+        best = fit_limit(best, attempt, baseline.peak_bytes, available, corrections, graph_id)
     elif budget.auto and any(o.can_recompute for o in facts.options.values()):
         best = _search_realised(best, realise, baseline, joint_gm, tags, config.max_overhead,
                                 graph_id)
@@ -374,54 +376,6 @@ def _simulate(plan: GraphPlan, facts: Facts, baseline: SimResult, lanes: Lanes, 
     plan.predicted = Predictions.of(baseline, final, budget_bytes, (sum(facts.fw_ms), sum(facts.bw_ms)),
                                     corrections.unmodelled_bytes)
     return final
-
-
-def _fit_limit(first: _Realised | None, realise, baseline: SimResult, joint_gm: fx.GraphModule,
-               tags: dict[str, Any], budget: Budget, available: int, corrections: Corrections,
-               graph_id: int) -> _Realised:
-    """``memory_limit``: the fastest realised plan whose predicted step peak (with the
-    bytes a measurement found the model misses) fits in ``available`` bytes above what is
-    held before the forward. With ``memory_budget="auto"`` the search starts from nothing
-    moved; with a fixed budget, from that budget's plan (``first``). Bisects the
-    activation budget between the least peak the planner reaches and the start (larger
-    budgets are faster), ``LIMIT_STEPS`` probes; raises :class:`MemoryLimitError` with the
-    shortfall when even the least peak does not fit."""
-    def peak(r: _Realised) -> int:
-        return r.final.step_peak_bytes + corrections.unmodelled_bytes
-
-    def attempt(nbytes: int) -> _Realised:
-        _restore_tags(joint_gm, tags)
-        return realise(nbytes)
-
-    start = attempt(baseline.peak_bytes) if first is None else first
-    if peak(start) <= available:
-        progress.info("offload: graph %d: memory_limit: the plan fits (step peak %s of %s available)",
-                      graph_id, _mib(peak(start)), _mib(available))
-        return start
-    least = attempt(0)
-    if peak(least) > available:
-        raise MemoryLimitError(
-            f"graph {graph_id}: memory_limit cannot be met: the least step peak any plan reaches "
-            f"is {nbytes_text(peak(least))} above the {nbytes_text(corrections.held_before_bytes)} held before the "
-            f"forward, and {nbytes_text(available)} is available under the limit of "
-            f"{nbytes_text(corrections.limit_bytes or 0)}: {nbytes_text(peak(least) - available)} short. Raise "
-            "memory_limit, use a smaller batch, or shard the model.")
-    best, lo, hi = least, least.final.peak_bytes, start.final.peak_bytes
-    for probe in range(LIMIT_STEPS):
-        mid = (lo + hi) // 2
-        trial = attempt(mid)
-        fits = peak(trial) <= available
-        progress.info("offload: graph %d: memory_limit probe %d/%d: budget %s -> step peak %s (%s %s "
-                      "available), step %.2f ms", graph_id, probe + 1, LIMIT_STEPS, _mib(mid),
-                      _mib(peak(trial)), "within" if fits else "over", _mib(available),
-                      trial.final.step_ms)
-        if fits:
-            lo = mid
-            if trial.final.step_ms < best.final.step_ms:
-                best = trial
-        else:
-            hi = mid
-    return best
 
 
 def _restore_tags(joint_gm: fx.GraphModule, tags: dict[str, Any]) -> None:

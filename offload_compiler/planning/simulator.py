@@ -137,21 +137,17 @@ class SimResult:
     """Peak of activations and ``transients`` together (0 without ``transients``)."""
     step_peak_time_ms: float = 0.0
     origins: Any = field(default=None, repr=False, compare=False)
-    """What each op and tensor of :attr:`events` is in the user's terms, for reports
-    (``reporting.timeline.Origins``); set by the caller that knows the graph
-    (``planning.facts.final_simulation``), never read here."""
+    """Ops and tensors of :attr:`events` in the user's terms (``reporting.timeline.Origins``,
+    set by ``facts.final_simulation``), for reports; never read here."""
     call_peak_bytes: int = 0
     """The peak within the step (``peak_bytes`` but with ``Lanes.chained``)."""
     d2h_spill_ms: float = 0.0
     """How long the D2H copies ran past the end of forward (chained: into the next call)."""
-    carried_bytes: int = 0
-    """Chained: bytes of sources whose release the next call completes."""
+    carried_bytes: int = 0  # chained: bytes of sources whose release the next call completes
     prefetch_lead_ms: float = 0.0
     """Chained: how long before the end of backward the next call's first reloads start."""
-    next_call_before: int | None = None
-    """Chained: the backward op before which the next call's first reloads are issued."""
-    prefetched: tuple[str, ...] = ()
-    """Chained: the reloads issued at the top of backward, prefetched by the previous call."""
+    next_call_before: int | None = None  # chained: the backward op they are issued before
+    prefetched: tuple[str, ...] = ()  # chained: reloads the previous call prefetched
 
 
 def copy_ms(nbytes: int, gbps: float) -> float:
