@@ -36,7 +36,6 @@ import argparse
 import contextlib
 import cProfile
 import json
-import os
 import pstats
 import sys
 import time
@@ -123,7 +122,7 @@ def measure(name: str, budget, profile_out: Path | None = None) -> dict:
     """Plan ``name`` at ``budget``: seconds and counts (``profile_out``: under cProfile,
     its stats written there)."""
     model, inputs = _model(name)
-    options = {"devices": ("cpu",), "hardware": H100_PROFILE, "memory_budget": budget,
+    options = {"devices": ("cpu",), "hardware": H100_PROFILE, "memory_budget": budget, "plan_cache": False,
                "policy": "cost_model"}
     profile = cProfile.Profile() if profile_out is not None else None
     with metered() as phases:
@@ -169,7 +168,6 @@ def main(argv: list[str] | None = None) -> int:
                    help="print each row's N functions of most own time")
     p.add_argument("-v", "--verbose", action="store_true", help="log each planning phase (INFO)")
     args = p.parse_args(argv)
-    os.environ.setdefault("OFFLOAD_COMPILER_PLAN_CACHE", "0")
     if args.verbose:
         import logging
 

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 from collections import Counter
@@ -70,8 +69,6 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", default=None, help="write the rows here as JSON")
     p.add_argument("-v", "--verbose", action="store_true", help="log each planning phase (INFO)")
     args = p.parse_args(argv)
-    # Time the planner, not a replay of a plan cached by an earlier run.
-    os.environ.setdefault("OFFLOAD_COMPILER_PLAN_CACHE", "0")
     if args.verbose:
         import logging
 
@@ -84,8 +81,10 @@ def main(argv: list[str] | None = None) -> int:
     inputs = make_batch(cfg, device="cpu")
     rows = []
     for text in args.budgets.split(","):
+        # plan_cache off: time the planner, not a replay of a plan cached by an earlier run
+        # (an option, not the environment: this function also runs inside test processes).
         options = {"devices": ("cpu",), "hardware": hardware, "memory_budget": _budget(text),
-                   "policy": "cost_model", **extra}
+                   "policy": "cost_model", "plan_cache": False, **extra}
         t0 = time.perf_counter()
         plan = plan_once(model, inputs, options)
         compile_s = time.perf_counter() - t0

@@ -273,6 +273,9 @@ def test_plan_offline_plans_without_running_the_model(tmp_path):
     plan_offline = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(plan_offline)
     out = tmp_path / "rows.json"
+    import os
+
+    env_before = dict(os.environ)
     # The tiny preset's activations are all under the default 1 MiB floor.
     assert plan_offline.main(["--preset", "tiny", "--budgets", "1.0,0.3", "--out", str(out),
                               "--options", '{"min_offload_bytes": 0}']) == 0
@@ -282,6 +285,8 @@ def test_plan_offline_plans_without_running_the_model(tmp_path):
     assert full["recompute_gib"] == 0 and full["offload_gib"] == 0
     assert tight["activation_gib"] <= 0.3 * tight["baseline_gib"] + 1e-9 or tight["note"]
     assert tight["offload_gib"] + tight["recompute_gib"] > 0
+    # It turns the plan cache off for its own plans, not for the process it runs in.
+    assert dict(os.environ) == env_before
 
 
 
