@@ -92,28 +92,6 @@ class Measured:
 
 class Recorder(Protocol):
     def probe(self, phase: str) -> None: ...
-    def _events(self, out: Measured) -> list[dict[str, Any]]:
-        """The measured schedule (``Measured.events``), when time was measured."""
-        if self.what != "time":
-            return []
-        origin = self.events["fw_start"]
-        gap = self.events["fw_end"].elapsed_time(self.events["bw_start"])
-
-        def at(event: torch.cuda.Event, phase: str) -> float:
-            return origin.elapsed_time(event) - (gap if phase == "bw_start" else 0.0)
-
-        events = [{"lane": "compute", "name": "forward", "start_ms": 0.0, "dur_ms": out.fw_ms, "args": {}},
-                  {"lane": "compute", "name": "backward", "start_ms": out.fw_ms, "dur_ms": out.bw_ms,
-                   "args": {}}]
-        for phase, before, after in self.stalls:
-            events.append({"lane": "compute", "name": "stall (waits for a copy)",
-                           "start_ms": at(before, phase), "dur_ms": before.elapsed_time(after), "args": {}})
-        for phase, direction, nbytes, start, end in self.copies:
-            events.append({"lane": direction, "name": f"{direction} {nbytes_text(nbytes)}",
-                           "start_ms": at(start, phase), "dur_ms": start.elapsed_time(end),
-                           "args": {"nbytes": nbytes}})
-        return events
-
     def complete(self) -> bool:
         """Every phase was probed (the backward of the measured call has run)."""
     def abort(self) -> None: ...
