@@ -90,16 +90,20 @@ def test_int_and_float_options_are_stored_with_one_type_whatever_was_given():
 
 
 @pytest.mark.parametrize("given,stored", [
-    (np.int64(1 << 20), 1 << 20),       # an integer value is bytes
-    (np.uint8(0), 0),
     (np.float32(0.5), 0.5),             # a real non-integral type is a fraction
     (np.float64(1.0), 1.0),
     (1.0, 1.0),                         # as before for Python numbers
-    (3, 3),
+    ("1MiB", 1 << 20),                  # bytes: a string with a unit
 ])
-def test_memory_budget_integral_is_bytes_real_is_fraction(given, stored):
+def test_memory_budget_real_is_fraction_bytes_need_a_unit(given, stored):
     budget = OffloadConfig(memory_budget=given).memory_budget
-    assert budget == stored and type(budget) is type(stored)
+    assert budget == stored and isinstance(budget, type(stored))
+
+
+@pytest.mark.parametrize("given", [np.int64(1 << 20), np.uint8(0), 3, 1])
+def test_memory_budget_integers_are_refused_whatever_their_type(given):
+    with pytest.raises(ValueError, match="an int is refused"):
+        OffloadConfig(memory_budget=given)
 
 
 @pytest.mark.parametrize("options", [
