@@ -292,6 +292,17 @@ def test_release_waits_for_copies_only_off_the_steps_path(monkeypatch):
     assert waited == block.events
 
 
+@pytest.fixture
+def fresh_pool(monkeypatch):
+    """A process-wide pool of its own for a test of when the pool releases: graphs earlier
+    tests compiled and that something still holds (a report, a cache) would count as alive
+    in the shared one."""
+    from offload_compiler.runtime import pool as pool_module
+
+    monkeypatch.setattr(pool_module, "_pool", pool_module._pool_from_env())
+    return pool_module._pool
+
+
 def _offloading_model():
     torch._dynamo.reset()  # graphs compiled by earlier tests are not alive any more
     gc.collect()
@@ -300,7 +311,7 @@ def _offloading_model():
     return b, model, torch.compile(model, backend=b)
 
 
-def test_idle_memory_returned_when_the_compiled_model_is_deleted():
+def test_idle_memory_returned_when_the_compiled_model_is_deleted(fresh_pool):
     pool = host_pool()
     b, model, compiled = _offloading_model()
     for _ in range(2):
@@ -319,7 +330,7 @@ def test_idle_memory_returned_when_the_compiled_model_is_deleted():
     assert (stats.idle_bytes, stats.in_use_bytes, stats.reserved_bytes) == (0, 0, 0)
 
 
-def test_a_cached_graph_run_by_a_new_model_keeps_its_blocks_between_steps():
+def test_a_cached_graph_run_by_a_new_model_keeps_its_blocks_between_steps(fresh_pool):
     """Dynamo keeps the graph in its cache and runs it for another instance of the same
     class without compiling again: the pool must not go on releasing every step."""
     pool = host_pool()
