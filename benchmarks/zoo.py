@@ -142,6 +142,13 @@ def mid_limit(rows: list) -> str:
     return f"{int(mid * 1024)}MiB"
 
 
+#: Strategies whose argument comes from rows of the same model run before them.
+DERIVED: dict[str, Callable[[list], str]] = {
+    FULL: lambda rows: f"offload:{full_ac_fraction(rows):.2f}",
+    MID: lambda rows: f"offload-limit:{mid_limit(rows)}",
+}
+
+
 def check_strategy(name: str) -> None:
     """Refuses a strategy the harness would not know, naming the valid ones."""
     if name == MID or name.startswith("offload-limit:"):
@@ -216,26 +223,19 @@ def run_zoo(plan: dict[str, list[str]], settings: Settings, *,
                                 note=f"--budget-seconds {settings.budget_s:g} spent"))
                 continue
             actual = strategy
-            if strategy == MID:
+            if strategy in DERIVED:  # computed from rows already measured
                 try:
-                    actual = f"offload-limit:{mid_limit(rows)}"
+                    actual = DERIVED[strategy](rows)
                 except ValueError as e:
-                    say(f"zoo: {name}: {MID} not run: {e}")
-                    rows.append(Row(strategy=MID, status=NOT_RUN, note=str(e)))
+                    say(f"zoo: {name}: {strategy} not run: {e}")
+                    rows.append(Row(strategy=strategy, status=NOT_RUN, note=str(e)))
                     _write(results, settings)
                     continue
-            if strategy == FULL:
-                try:
-                    actual = f"offload:{full_ac_fraction(rows):.2f}"
-                except ValueError as e:
-                    say(f"zoo: {name}: {FULL} not run: {e}")
-                    rows.append(Row(strategy=FULL, status=NOT_RUN, note=str(e)))
-                    _write(results, settings)
-                    continue
-                say(f"zoo: {name}: {FULL} is {actual} ({FULL_NOTE.split(': ', 1)[1]})")
+                if strategy == FULL:
+                    say(f"zoo: {name}: {FULL} is {actual} ({FULL_NOTE.split(': ', 1)[1]})")
             say(f"zoo: {name}: {actual} ...")
             row = run(model, actual, settings)
-            if strategy in (FULL, MID):
+            if strategy in DERIVED:
                 row.note = f"{strategy}; {row.note}".rstrip("; ")
                 row.extra["zoo_strategy"] = strategy
             rows.append(row)
@@ -338,7 +338,7 @@ def model_table(model: ZooModel, rows: list) -> str:
 
 def _label(row) -> str:
     zoo = row.extra.get("zoo_strategy")
-    return f"{zoo}={row.strategy.split(':', 1)[1]}" if zoo in (FULL, MID) else row.strategy
+    return f"{zoo}={row.strategy.split(':', 1)[1]}" if zoo in DERIVED else row.strategy
 
 
 def _f(x, digits: int) -> str:

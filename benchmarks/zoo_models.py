@@ -76,27 +76,23 @@ def _images(batch_size: int, classes: int = 1000) -> tuple[torch.Tensor, torch.T
 def llama() -> tuple[nn.Module, tuple[torch.Tensor]]:
     """Llama (Hugging Face ``LlamaForCausalLM``): 8 layers, width 2048, 16 heads, MLP
     5632, vocabulary 32000, SDPA attention; batch 4 of 4096 token ids. Run in bf16."""
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    cfg = LlamaConfig(num_hidden_layers=8, hidden_size=2048, num_attention_heads=16,
-                      intermediate_size=5632, vocab_size=32000, max_position_embeddings=4096,
-                      use_cache=False, attn_implementation="sdpa")
-    torch.manual_seed(SEED)
-    model = CausalLMLoss(LlamaForCausalLM(cfg)).train()
-    ids = torch.randint(cfg.vocab_size, (4, 4096), generator=_batch_generator())
-    return model, (ids,)
+    return _llama(layers=8, batch=4)
 
 
 def llama_4l() -> tuple[nn.Module, tuple[torch.Tensor]]:
     """The Llama above with 4 layers and a batch of 2 (per rank): issue 21's two-GPU setup."""
+    return _llama(layers=4, batch=2)
+
+
+def _llama(layers: int, batch: int) -> tuple[nn.Module, tuple[torch.Tensor]]:
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    cfg = LlamaConfig(num_hidden_layers=4, hidden_size=2048, num_attention_heads=16,
+    cfg = LlamaConfig(num_hidden_layers=layers, hidden_size=2048, num_attention_heads=16,
                       intermediate_size=5632, vocab_size=32000, max_position_embeddings=4096,
                       use_cache=False, attn_implementation="sdpa")
     torch.manual_seed(SEED)
     model = CausalLMLoss(LlamaForCausalLM(cfg)).train()
-    ids = torch.randint(cfg.vocab_size, (2, 4096), generator=_batch_generator())
+    ids = torch.randint(cfg.vocab_size, (batch, 4096), generator=_batch_generator())
     return model, (ids,)
 
 

@@ -358,11 +358,7 @@ _OPS = (
     ("prefetch_next(Tensor(a!) own, Tensor? anchor) -> ()", prefetch_next),
     ("release_later(Tensor src, Tensor(a!) host, Tensor? anchor) -> ()", release_later),
 )
-for _schema, _kernel in _OPS:
-    _name = _schema.split("(", 1)[0]
-    _lib.define(_schema)
-    _lib.impl(_name, _kernel, "CompositeExplicitAutograd")
-    torch.library.register_fake(f"{ops.NAMESPACE}::{_name}", _nothing, lib=_lib)
+ops.define(_lib, [(schema, kernel, _nothing, ()) for schema, kernel in _OPS])
 
 PUSH_RELOADS = torch.ops.offload.push_reloads.default
 PREFETCH_NEXT = torch.ops.offload.prefetch_next.default

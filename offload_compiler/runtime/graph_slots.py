@@ -323,11 +323,7 @@ _OPS = (
     (f"h2d.{OVERLOAD}(Tensor(a!) token, Tensor? anchor, str device, int[] size, int[] stride, "
      "ScalarType dtype, bool keep_strides, int slot, str label) -> Tensor", copy_in, _h2d_fake, ()),
 )
-for _schema, _kernel, _fake_fn, _tags in _OPS:
-    _name = _schema.split("(", 1)[0]
-    _lib.define(_schema, tags=_tags)
-    _lib.impl(_name, _kernel, "CompositeExplicitAutograd")
-    torch.library.register_fake(f"{ops.NAMESPACE}::{_name}", _fake_fn, lib=_lib)
+ops.define(_lib, _OPS)
 
 D2H = torch.ops.offload.d2h.slot
 RELEASE = torch.ops.offload.release.slot

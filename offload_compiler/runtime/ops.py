@@ -263,11 +263,20 @@ _OPS = (
     ("h2d(Tensor host, Tensor? anchor, str device, int[]? stride) -> Tensor", copy_to_device, _h2d_fake, ()),
     ("wait(Tensor(a!) x) -> ()", wait_for_copy, _nothing, ()),
 )
-for _schema, _kernel, _fake_fn, _tags in _OPS:
-    _name = _schema.split("(", 1)[0]
-    _lib.define(_schema, tags=_tags)
-    _lib.impl(_name, _kernel, "CompositeExplicitAutograd")
-    torch.library.register_fake(f"{NAMESPACE}::{_name}", _fake_fn, lib=_lib)
+
+
+def define(lib: torch.library.Library, entries) -> None:
+    """Define each ``(schema, kernel, fake, tags)`` of ``entries`` in ``lib`` (this
+    namespace): the kernel for every backend, the fake for tracing. Shared by the token
+    ops (``graph_slots.py``) and the chain ops (``chain.py``)."""
+    for schema, kernel, fake, tags in entries:
+        name = schema.split("(", 1)[0]
+        lib.define(schema, tags=tags)
+        lib.impl(name, kernel, "CompositeExplicitAutograd")
+        torch.library.register_fake(f"{NAMESPACE}::{name}", fake, lib=lib)
+
+
+define(_lib, _OPS)
 
 # Op handles used by the graph passes (OpOverloads, as they appear in FX graphs).
 D2H = torch.ops.offload.d2h.default
