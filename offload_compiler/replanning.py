@@ -1,10 +1,14 @@
 """The compiled graph as the backend hands it to Dynamo: measured in its first calls,
 planned again once if the measurement contradicts the plan.
 
-:class:`MeasuredGraph` runs the inner compiler's callable. On call ``WARMUP + 1`` it
-measures memory (the allocator's records), on the next call time (events), both through
-``runtime.measure.source``; at the call after that it compares the measurement with the
-plan's predictions (``planning.replan.disagreements``). Where they disagree beyond the
+:class:`MeasuredGraph` runs the inner compiler's callable. Once a backward of the graph
+has run (the first step is over: every call of a graph that runs many times per step,
+one per block, has pinned its host memory and Inductor has compiled the backward), it
+measures memory on the next call (the allocator's records), time on the one after
+(events), both through ``runtime.measure.source``; at the call after that it compares
+the measurement with the plan's predictions (``planning.replan.disagreements``). A timed
+call during which the host pool allocated (pinning host memory stops the host for a
+while, and the GPU with it) is measured again, ``MAX_REMEASURES`` times at most. Where they disagree beyond the
 tolerance, or the step went over ``memory_limit``, it plans again from the corrected
 inputs (``planning.replan.corrected``), compiles the graph again with that plan, and
 runs the new one from this call on: a step boundary, since every forward call runs
@@ -27,12 +31,16 @@ from torch.utils._pytree import tree_leaves
 from .planning.replan import Corrections, corrected, disagreements
 from .reporting.records import GraphPlan
 from .runtime import measure
+from .runtime.pool import host_pool
 
 log = logging.getLogger("offload_compiler")
 
-#: Calls of a compiled graph before it is measured (the first call pins host memory,
-#: and kernels may be tuned on it).
-WARMUP = 1
+#: Backward passes of a compiled graph before it is measured (the first step pins host
+#: memory and compiles the backward; a graph called once per block runs every call of
+#: that step before its first backward ends).
+WARMUP_BACKWARDS = 1
+#: Times a measurement disturbed by host allocations is taken again.
+MAX_REMEASURES = 3
 #: Re-plans per graph: a measurement that still disagrees after one is reported, not acted on.
 MAX_REPLANS = 1
 #: A measured step this many times longer or shorter than predicted is not acted on: the
@@ -58,59 +66,71 @@ class MeasuredGraph:
         self.recompile = recompile
         self.calls = 0  # calls of the current compiled graph
         self.replans = 0
+        self.remeasures = 0
+        self.backwards = 0  # backward passes of the current compiled graph seen to end
+        self.first: int | None = None  # the call measured for memory; the next for time
+        self.warming = False  # a call's backward is watched to end the warm-up
         self.recorders: dict[str, Any] = {}
+        self.pinned: dict[str, int] = {}  # host pool allocations at each measured call's start
+        self.disturbed: set[str] = set()  # measured calls during which the host pool allocated
         self.done = plan is None or plan.predicted is None
 
     def __call__(self, *args: Any) -> Any:
         if self.done:
             return self.compiled(*args)
         self.calls += 1
-        if self.calls > WARMUP + 2 and self.recorders and all(
+        if self.first is None:
+            return self._warm_up(args)
+        if self.calls > self.first + 1 and self.recorders and all(
                 r.complete() for r, _ in self.recorders.values()):
             self._evaluate(list(args))  # both measured calls finished their backward
             if self.done:
                 return self.compiled(*args)
-        elif self.calls > WARMUP + 2 + GIVE_UP_CALLS:
+            if self.first is None:  # planned again: the new graph warms up first
+                return self._warm_up(args)
+        elif self.calls > self.first + 1 + GIVE_UP_CALLS:
             self._abandon()
             return self.compiled(*args)
-        what = {WARMUP + 1: "memory", WARMUP + 2: "time"}.get(self.calls)
+        what = {self.first: "memory", self.first + 1: "time"}.get(self.calls)
         recorder = None
         if what is not None and torch.is_grad_enabled():
             recorder = measure.source.recorder(self.device, self.calls, what)
         if recorder is None:
             if what is not None and not torch.is_grad_enabled():
-                self.calls -= 1  # measure a training call
+                self.first += 1  # measure a training call
             return self.compiled(*args)
-        inputs = [a for a in args if isinstance(a, torch.Tensor) and a.requires_grad]
+        pool = host_pool()
+        self.pinned[what] = pool.allocations
         recorder.probe("fw_start")
         out = self.compiled(*args)
         recorder.probe("fw_end")
-        outputs = [o for o in tree_leaves(out) if isinstance(o, torch.Tensor) and o.requires_grad]
-        if not inputs or not outputs:
+
+        def backward_done() -> None:
+            recorder.probe("bw_end")
+            if pool.allocations != self.pinned[what]:
+                self.disturbed.add(what)
+
+        handles = _on_backward(args, out, backward_done, lambda: recorder.probe("bw_start"))
+        if handles is None:
             recorder.abort()
-            self.calls -= 1
+            self.first += 1
             return out
-        handles: list[Any] = []
-        started = []
-
-        def backward_started(_grads: Any) -> None:
-            if not started:  # the graph's backward node is about to run
-                started.append(True)
-                recorder.probe("bw_start")
-
-        def backward_done(_grad: Any) -> None:
-            for h in handles:
-                h.remove()
-            if started:
-                recorder.probe("bw_end")
-
-        from torch.autograd.graph import register_multi_grad_hook
-
-        for node in {o.grad_fn for o in outputs if o.grad_fn is not None}:
-            handles.append(node.register_prehook(backward_started))
-        handles.append(register_multi_grad_hook(inputs, backward_done, mode="any"))
         self.recorders[what] = (recorder, handles)
         return out
+
+    def _warm_up(self, args: tuple) -> Any:
+        """Run a call of the warm-up; the first training call's backward ends it."""
+        out = self.compiled(*args)
+        if not self.warming and torch.is_grad_enabled():
+            self.warming = _on_backward(args, out, self._warmed) is not None
+        return out
+
+    def _warmed(self) -> None:
+        self.backwards += 1
+        self.warming = False
+        if self.backwards >= WARMUP_BACKWARDS:
+            self.first = self.calls + 1
+        # else the next training call is watched
 
     def _abandon(self) -> None:
         """The measured calls' backward never ran: measure nothing more."""
@@ -135,6 +155,14 @@ class MeasuredGraph:
             results[what] = got
         self.recorders = {}
         timed, memory = results.get("time"), results.get("memory")
+        if "time" in self.disturbed and self.remeasures < MAX_REMEASURES:
+            self.remeasures += 1
+            self.disturbed.clear()
+            self.first = self.calls  # this call and the next, measured again
+            log.info("offload: graph %d: the host pool pinned memory during the timed call; "
+                     "measuring again (%d/%d)", self.plan.graph_id, self.remeasures, MAX_REMEASURES)
+            return
+        self.disturbed.clear()
         if timed is None:
             self.done = True  # a backward did not run, or nothing could be measured: no re-plan
             return
@@ -170,8 +198,42 @@ class MeasuredGraph:
             new_plan.replaces = plan.graph_id
         self.compiled, self.plan, self.corrections = compiled, new_plan, corrections
         self.replans += 1
-        self.calls = 0
+        self.calls = self.backwards = self.remeasures = 0
+        self.first = None
         self.done = new_plan is None or new_plan.predicted is None
+
+
+def _on_backward(args: tuple, out: Any, done: Callable[[], None],
+                 started: Callable[[], None] | None = None) -> list | None:
+    """Call ``started`` when the backward of the call that took ``args`` and returned
+    ``out`` is about to run and ``done`` once it has given its inputs their gradients;
+    the hooks' handles, or ``None`` when that call has no backward (nothing in or out
+    requires a gradient)."""
+    inputs = [a for a in args if isinstance(a, torch.Tensor) and a.requires_grad]
+    outputs = [o for o in tree_leaves(out) if isinstance(o, torch.Tensor) and o.requires_grad]
+    if not inputs or not outputs:
+        return None
+    handles: list[Any] = []
+    begun = []
+
+    def backward_started(_grads: Any) -> None:
+        if not begun:  # the graph's backward node is about to run
+            begun.append(True)
+            if started is not None:
+                started()
+
+    def backward_done(_grad: Any) -> None:
+        for h in handles:
+            h.remove()
+        if begun:
+            done()
+
+    from torch.autograd.graph import register_multi_grad_hook
+
+    for node in {o.grad_fn for o in outputs if o.grad_fn is not None}:
+        handles.append(node.register_prehook(backward_started))
+    handles.append(register_multi_grad_hook(inputs, backward_done, mode="any"))
+    return handles
 
 
 def _dump_measured(plan: GraphPlan) -> None:

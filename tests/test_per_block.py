@@ -17,7 +17,7 @@ import offload_compiler
 from offload_compiler.decision import OFFLOAD
 from offload_compiler.models.gpt import GPT, make_batch, preset
 from offload_compiler.planning.simulator import Lanes, SimTensor, simulate
-from offload_compiler.runtime import chain, host_pool
+from offload_compiler.runtime import chain, host_pool, measure
 
 CFG = preset("tiny", n_layers=3)
 MB = 1 << 20
@@ -449,3 +449,56 @@ def test_compare_distributed_on_two_cpu_processes(tmp_path, distributed, compile
     assert all(r.extra["ranks"] == 2 for r in rows)
     meta = json.loads((tmp_path / "compare.json").read_text())["meta"]
     assert (meta["distributed"], meta["nproc"], meta["compile"]) == (distributed, 2, compile_mode)
+
+
+class _Probes:
+    """A measurement source that writes each probe into ``order`` (no measurement)."""
+
+    def __init__(self, order):
+        self.order = order
+
+    def recorder(self, device, call, what):
+        order = self.order
+
+        class Recorder:
+            phases = []
+
+            def probe(self, phase):
+                self.phases = [*self.phases, phase]
+                order.append(("probe", call, what, phase))
+
+            def complete(self):
+                return self.phases == list(measure.PHASES)
+
+            def abort(self):
+                pass
+
+            def result(self):
+                return None
+
+        return Recorder()
+
+
+def test_a_block_graph_is_measured_in_the_second_step_within_its_own_block(in_use_before):
+    """The block graph runs once per block: every call of the first step pins host
+    memory before any backward ends, so the measured calls are the first two of the
+    second step (blocks 0 and 1), each probe inside its own block's backward."""
+    order = []
+    previous = measure.set_source(_Probes(order))
+    try:
+        model, _ = _per_block(_model(), memory_budget=0.5, per_block=True)
+        batch = make_batch(CFG)
+        for _ in range(2):
+            _step(model, [batch], order)
+            order.append(("step end",))
+    finally:
+        measure.set_source(previous)
+    first_end, second_end = [i for i, s in enumerate(order) if s == ("step end",)]
+    probes = {(s[1], s[2], s[3]): i for i, s in enumerate(order) if s[0] == "probe"}
+    assert sorted({(call, what) for call, what, _ in probes}) == [(4, "memory"), (5, "time")]
+    assert all(first_end < i < second_end for i in probes.values())
+    for call, what, block in ((4, "memory", 0), (5, "time", 1)):
+        starts = order.index(("backward", block), first_end)  # right before its backward
+        ends = order.index(("backward", block - 1), first_end) if block else second_end
+        assert starts < probes[call, what, "bw_start"] < probes[call, what, "bw_end"] < ends
+    _nothing_left(in_use_before)

@@ -13,7 +13,7 @@ import torch
 from offload_compiler.config import OffloadConfig
 from offload_compiler.models.gpt import GPT, make_batch, preset
 from offload_compiler.planning.replan import Corrections, MemoryLimitError, corrected, disagreements
-from offload_compiler.runtime import measure
+from offload_compiler.runtime import host_pool, measure
 
 from helpers import assert_bitwise, backend, train
 
@@ -239,3 +239,33 @@ def test_per_block_graphs_are_measured_not_replanned(source):
     fake = source(_as_predicted(b.plans, time_scale=2.0))
     _run(b, steps=6)
     assert len(fake.asked) == 2 and len(b.plans) == 1 and b.plans[0].measured is not None
+
+
+def test_a_timed_call_during_which_host_memory_was_pinned_is_measured_again(source):
+    """Pinning host memory stops the host, and the GPU waits for it: a timed call during
+    which the host pool allocated a block measures that, not the plan. It is measured
+    again on the next two calls (memory, then time)."""
+    b = backend(**OPTIONS, memory_budget=0.5)
+    fake = source(_as_predicted(b.plans))
+    made, held = fake.recorder, []
+
+    def recorder(device, call, what):
+        got = made(device, call, what)
+        if (call, what) == (3, "time"):
+            probe = got.probe
+
+            def allocating(phase):  # a block of a size nothing else uses: a new allocation
+                probe(phase)
+                if phase == "fw_start":
+                    before = host_pool().allocations
+                    held.append(host_pool().acquire(torch.empty(12345, dtype=torch.uint8), pinned=False))
+                    assert host_pool().allocations == before + 1
+
+            got.probe = allocating
+        return got
+
+    fake.recorder = recorder
+    _run(b, steps=8)
+    assert fake.asked == [(2, "memory"), (3, "time"), (4, "memory"), (5, "time")]
+    (plan,) = b.plans
+    assert plan.measured is not None and plan.measured.call == 5

@@ -384,6 +384,11 @@ class HostPool:
             self._trim()
             return PoolStats(**{**vars(self._stats), "max_idle_bytes": self._idle_bound()})
 
+    @property
+    def allocations(self) -> int:
+        """Host blocks allocated so far (a counter: looks at no block)."""
+        return self._stats.allocations
+
 
 def _pool_from_env() -> HostPool:
     text = os.environ.get(MAX_IDLE_ENV)
