@@ -13,8 +13,9 @@ tolerance, or the step went over ``memory_limit``, it plans again from the corre
 inputs (``planning.replan.corrected``), compiles the graph again with that plan, and
 runs the new one from this call on: a step boundary, since every forward call runs
 whole on one compiled graph and an autograd node keeps the backward it was made with.
-That happens at most once per graph (``MAX_REPLANS``); the new plan is measured again
-for the record. Each measurement is logged, put on the plan (``GraphPlan.measured``)
+That happens at most once per graph (``MAX_REPLANS``), or up to ``MAX_LIMIT_REPLANS``
+times while the measured step goes over ``memory_limit``; the new plan is measured again
+(for the record, and for the limit). Each measurement is logged, put on the plan (``GraphPlan.measured``)
 and written to the graph's dump.
 """
 
@@ -28,7 +29,8 @@ from typing import Any, Callable
 import torch
 from torch.utils._pytree import tree_leaves
 
-from .planning.replan import Corrections, corrected, disagreements
+from .nbytes import nbytes_text
+from .planning.replan import Corrections, corrected, disagreements, over_limit
 from .reporting.records import GraphPlan
 from .runtime import measure
 from .runtime.pool import host_pool
@@ -43,6 +45,9 @@ WARMUP_BACKWARDS = 1
 MAX_REMEASURES = 3
 #: Re-plans per graph: a measurement that still disagrees after one is reported, not acted on.
 MAX_REPLANS = 1
+#: Re-plans per graph while the measured step goes over ``memory_limit`` (a bound the
+#: user set, not an estimate: each measurement corrects the bytes the model misses again).
+MAX_LIMIT_REPLANS = 3
 #: A measured step this many times longer or shorter than predicted is not acted on: the
 #: planner's errors measured on the zoo stay within 2x; a larger gap has measured other
 #: work (HF Llama compiled one block at a time: 104 ms measured against 10.9 ms predicted
@@ -184,8 +189,14 @@ class MeasuredGraph:
                         plan.predicted.step_ms)
             self.done = True
             return
-        if not why or self.replans >= MAX_REPLANS or self.recompile is None:
-            if why:
+        over = over_limit(timed, self.corrections)
+        allowed = MAX_LIMIT_REPLANS if over else MAX_REPLANS
+        if not why or self.replans >= allowed or self.recompile is None:
+            if over:
+                log.warning("offload: graph %d: the measured step goes over memory_limit by %s "
+                            "after %d re-plan(s) (%s); keeping this plan", plan.graph_id,
+                            nbytes_text(over), self.replans, "; ".join(why))
+            elif why:
                 log.warning("offload: graph %d: the re-planned prediction still differs from the "
                             "measurement (%s); keeping this plan", plan.graph_id, "; ".join(why))
             self.done = True

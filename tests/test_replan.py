@@ -12,7 +12,8 @@ import torch
 
 from offload_compiler.config import OffloadConfig
 from offload_compiler.models.gpt import GPT, make_batch, preset
-from offload_compiler.planning.replan import Corrections, MemoryLimitError, corrected, disagreements
+from offload_compiler.planning.replan import TOLERANCE, Corrections, MemoryLimitError, corrected, disagreements
+from offload_compiler.replanning import MAX_LIMIT_REPLANS
 from offload_compiler.runtime import host_pool, measure
 
 from helpers import assert_bitwise, backend, train
@@ -68,14 +69,16 @@ def _model():
 
 
 def _as_predicted(plans, *, peak_extra=0, time_scale=1.0, held=0):
-    """A measurement of the latest plan: its predictions, the peak ``peak_extra`` higher
-    and compute ``time_scale`` times slower."""
+    """A measurement of the latest plan: its predictions, the peak ``peak_extra`` above
+    the modelled one (the prediction less the bytes a correction already added) and
+    compute ``time_scale`` times slower."""
     def make(call):
         p = plans[-1].predicted
+        modelled = p.step_peak_bytes - (plans[-1].corrections or {}).get("unmodelled_bytes", 0)
         return measure.Measured(call=call, fw_ms=p.fw_compute_ms * time_scale,
                                 bw_ms=p.bw_compute_ms * time_scale + p.stall_ms, stall_ms=p.stall_ms,
                                 held_before_bytes=held,
-                                step_peak_bytes=p.step_peak_bytes + peak_extra, peak_phase="backward")
+                                step_peak_bytes=modelled + peak_extra, peak_phase="backward")
     return make
 
 
@@ -269,3 +272,48 @@ def test_a_timed_call_during_which_host_memory_was_pinned_is_measured_again(sour
     assert fake.asked == [(2, "memory"), (3, "time"), (4, "memory"), (5, "time")]
     (plan,) = b.plans
     assert plan.measured is not None and plan.measured.call == 5
+
+
+def test_a_step_still_over_the_memory_limit_after_a_replan_plans_again(source, caplog):
+    """What the model misses grows with what a plan moves (a twentieth of the unmodified
+    peak, plus a third of the bytes offloaded): the offset measured on the first plan is
+    too small for the plan made with it, whose step goes over again. The limit is the
+    user's bound, so the backend plans again (up to ``MAX_LIMIT_REPLANS``) until the
+    measured step fits."""
+    probe = backend(**OPTIONS, memory_budget=1.0, replan=False)
+    _run(probe, steps=1)
+    base = probe.plans[0].predicted.baseline_step_peak_bytes
+    limit = int(base * 0.8)
+    b = backend(**OPTIONS, memory_limit=f"{limit}B")
+
+    def make(call):
+        plan = b.plans[-1]
+        p = plan.predicted
+        extra = base // 20 + plan.offloaded_bytes // 3
+        return _as_predicted(b.plans, peak_extra=extra)(call)
+
+    source(make)
+    with caplog.at_level(logging.INFO, logger="offload_compiler"):
+        _run(b, steps=20)
+    measured = [p.measured.step_peak_bytes for p in b.plans]
+    assert measured[0] > limit and measured[1] > limit  # one re-plan was not enough
+    assert measured[-1] <= limit and b.settled
+    assert 3 <= len(b.plans) <= 1 + MAX_LIMIT_REPLANS
+    assert [p.replaces for p in b.plans[1:]] == [p.graph_id for p in b.plans[:-1]]
+
+
+def test_an_unmeasured_least_plan_just_over_the_limit_runs_and_is_measured(caplog):
+    """Before any measurement the predicted peak is an estimate: a least peak predicted
+    over the limit by less than the tolerance runs (with a warning), one further over
+    is refused with the shortfall."""
+    probe = backend(**OPTIONS, memory_budget="1B", replan=False)  # the least peak any plan reaches
+    with caplog.at_level(logging.ERROR):
+        _run(probe, steps=1)
+    least = probe.plans[0].predicted.step_peak_bytes
+    b = backend(**OPTIONS, memory_limit=f"{int(least * (1 - TOLERANCE / 2))}B")
+    with caplog.at_level(logging.WARNING, logger="offload_compiler"):
+        _run(b, steps=1)
+    assert b.plans[0].predicted.step_peak_bytes == least
+    assert "within the prediction's own error" in caplog.text
+    with pytest.raises(Exception, match=r"memory_limit cannot be met.* short\. Raise"):
+        _run(backend(**OPTIONS, memory_limit=f"{int(least * (1 - 2 * TOLERANCE))}B"), steps=1)

@@ -16,7 +16,7 @@ import torch
 
 from ..config import OffloadConfig
 from ..nbytes import nbytes_text
-from .replan import Corrections, MemoryLimitError
+from .replan import TOLERANCE, Corrections, MemoryLimitError
 
 progress = logging.getLogger("offload_compiler.progress")
 
@@ -62,7 +62,9 @@ def fit_limit(first: Any, attempt: Callable[[int], Any], baseline_peak: int, ava
     (``first`` is ``None``), from nothing moved; it bisects the activation budget between
     the least peak the planner reaches and the start (larger budgets are faster),
     ``LIMIT_STEPS`` probes, and raises :class:`MemoryLimitError` with the shortfall when
-    even the least peak does not fit."""
+    even the least peak does not fit. Before any measurement, a least peak predicted over
+    by no more than the prediction's tolerance (``replan.TOLERANCE``) is run, with a
+    warning: the measurement decides."""
     def peak(r: Any) -> int:
         return r.final.step_peak_bytes + corrections.unmodelled_bytes
 
@@ -72,13 +74,26 @@ def fit_limit(first: Any, attempt: Callable[[int], Any], baseline_peak: int, ava
                       graph_id, nbytes_text(peak(start)), nbytes_text(available))
         return start
     least = attempt(0)
-    if peak(least) > available:
+    short = peak(least) - available
+    if short > 0 and corrections.measured_call is None and short <= TOLERANCE * available:
+        # Unmeasured, the prediction is an estimate of about this accuracy: the least
+        # peak may fit. Measuring it tells (and plans again, or raises, from the measurement).
+        progress.warning(
+            "offload: graph %d: memory_limit: the least step peak any plan reaches is predicted "
+            "%s over the %s available under the limit of %s, within the prediction's own error "
+            "(%g%%); running the least-memory plan (with replan=True, the default, on a GPU its "
+            "measurement decides: planned again, or an error with the measured shortfall)",
+            graph_id, nbytes_text(short), nbytes_text(available),
+            nbytes_text(corrections.limit_bytes or 0), TOLERANCE * 100)
+        return least
+    if short > 0:
         raise MemoryLimitError(
             f"graph {graph_id}: memory_limit cannot be met: the least step peak any plan reaches "
             f"is {nbytes_text(peak(least))} above the {nbytes_text(corrections.held_before_bytes)} "
             f"held before the forward, and {nbytes_text(available)} is available under the limit "
-            f"of {nbytes_text(corrections.limit_bytes or 0)}: {nbytes_text(peak(least) - available)} "
-            "short. Raise memory_limit, use a smaller batch, or shard the model.")
+            f"of {nbytes_text(corrections.limit_bytes or 0)}: {nbytes_text(short)} short"
+            f"{' (as measured)' if corrections.measured_call is not None else ''}. Raise "
+            "memory_limit, use a smaller batch, or shard the model.")
     best, lo, hi = least, least.final.peak_bytes, start.final.peak_bytes
     for probe in range(LIMIT_STEPS):
         mid = (lo + hi) // 2

@@ -84,12 +84,19 @@ def disagreements(predicted: Any, measured: Any, corrections: Corrections,
         if abs(predicted.step_peak_bytes - measured.step_peak_bytes) > tolerance * measured.step_peak_bytes:
             out.append(f"step peak {nbytes_text(measured.step_peak_bytes)} measured, "
                        f"{nbytes_text(predicted.step_peak_bytes)} predicted")
-        if corrections.limit_bytes is not None and measured.held_before_bytes is not None:
+        if over_limit(measured, corrections):
             total = measured.held_before_bytes + measured.step_peak_bytes
-            if total > corrections.limit_bytes:
-                out.append(f"{nbytes_text(total)} at the peak (with {nbytes_text(measured.held_before_bytes)} held "
-                           f"before the forward) is over memory_limit {nbytes_text(corrections.limit_bytes)}")
+            out.append(f"{nbytes_text(total)} at the peak (with {nbytes_text(measured.held_before_bytes)} held "
+                       f"before the forward) is over memory_limit {nbytes_text(corrections.limit_bytes)}")
     return out
+
+
+def over_limit(measured: Any, corrections: Corrections) -> int:
+    """Bytes by which ``measured``'s step (with what was held before it) went over
+    ``memory_limit``; 0 when it did not, or without a limit."""
+    if corrections.limit_bytes is None or measured.held_before_bytes is None or not measured.step_peak_bytes:
+        return 0
+    return max(0, measured.held_before_bytes + measured.step_peak_bytes - corrections.limit_bytes)
 
 
 def corrected(previous: Corrections, predicted: Any, measured: Any) -> Corrections:
