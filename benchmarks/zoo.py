@@ -186,16 +186,20 @@ class Settings:
     timeout_s: float
     out: Path
     budget_s: float | None = None
+    dump: bool = False
+    """Offload rows dump their graphs, plans and measurements under ``OUT/<model>/dump/``."""
 
 
 def run_row(model: ZooModel, strategy: str, settings: Settings):
     """One row of the harness, in its own process; its log goes to ``OUT/<model>/``."""
     from offload_compiler.compare import compare
 
+    dump = settings.out / model.name / "dump" / strategy.replace(":", "_")
     (row,) = compare(preset=None, model=model.factory, device=settings.device, dtype=model.dtype,
                      steps=settings.steps, warmup=settings.warmup, strategies=[strategy],
                      blocks=model.blocks, out=settings.out / model.name,
-                     timeout_s=settings.timeout_s)
+                     timeout_s=settings.timeout_s,
+                     offload_options={"dump_dir": str(dump)} if settings.dump else None)
     return row
 
 
@@ -384,6 +388,10 @@ def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, dict[str, li
     p.add_argument("--budget-seconds", type=_positive(float, zero=True), default=None,
                    help="start no row once this many seconds have passed (a row started "
                         "may still run up to --timeout)")
+    p.add_argument("--dump", action="store_true",
+                   help="offload rows dump graphs, plans and measurements (measured.json, "
+                        "timeline.json) under OUT/<model>/dump/<strategy>/; writing them adds "
+                        "to the first step's time")
     args = p.parse_args(argv)
     if args.list:
         return args, {}
@@ -415,7 +423,8 @@ def main(argv: list[str] | None = None) -> int:
         print(list_models())
         return 0
     settings = Settings(device=args.device, steps=args.steps, warmup=args.warmup,
-                        timeout_s=args.timeout, out=Path(args.out), budget_s=args.budget_seconds)
+                        timeout_s=args.timeout, out=Path(args.out), budget_s=args.budget_seconds,
+                        dump=args.dump)
     settings.out.mkdir(parents=True, exist_ok=True)
     results = run_zoo(plan, settings)
     for name, rows in results.items():

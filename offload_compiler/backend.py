@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import inspect
 import logging
+import time
 import weakref
 from typing import Any, Callable, Mapping, Sequence
 
@@ -32,6 +33,7 @@ from .reporting.records import GraphPlan
 from .runtime.pool import host_pool
 
 log = logging.getLogger("offload_compiler")
+progress = logging.getLogger("offload_compiler.progress")
 
 #: ``mode=`` values accepted, as Inductor accepts them (``None`` is ``"default"``).
 VALID_MODES = (None, "default", "reduce-overhead", "max-autotune-no-cudagraphs", "max-autotune")
@@ -163,8 +165,15 @@ class OffloadBackend:
         partitioner = OffloadPartitioner(
             config, on_plan=made, corrections=corrections, graph_slots=slots,
             cache_key=cache.key_for(gm, example_inputs, config, planned_at, corrections))
+        t0 = time.perf_counter()
         compiled = self._inner_compile(gm, example_inputs, config,
                                        sizes.at_sizes(partitioner, planned_at), patches)
+        if made.plans:
+            progress.info("offload: graph %d: compiled in %.1f s: %.1f s in the offload partitioner "
+                          "(min-cut, planning, the rewrite), %.1f s AOTAutograd's trace and the inner "
+                          "compiler's forward (the backward compiles at its first call)", made.plans[-1].graph_id,
+                          time.perf_counter() - t0, partitioner.seconds,
+                          time.perf_counter() - t0 - partitioner.seconds)
         if not partitioner.called and torch.is_grad_enabled():
             # No partition: Inductor's (or AOTAutograd's) cache held the graphs, or no
             # backward is needed (then the plan cache has no entry for this key either).

@@ -13,6 +13,7 @@ import dataclasses
 import hashlib
 import itertools
 import logging
+import time
 from typing import Any, Callable, Sequence
 
 import torch.fx as fx
@@ -70,8 +71,19 @@ class OffloadPartitioner(CustomPartitionerFn):
         leaves the step (``planning/replan.py``)."""
         self.graph_slots = graph_slots
         self.called = False
+        self.seconds = 0.0
+        """Time spent in this partitioner (min-cut, planning, the rewrite), in seconds."""
 
     def __call__(
+        self, gm: fx.GraphModule, joint_inputs: Sequence[object], **kwargs: Any
+    ) -> tuple[fx.GraphModule, fx.GraphModule]:
+        t0 = time.perf_counter()
+        try:
+            return self._partition_and_plan(gm, joint_inputs, **kwargs)
+        finally:
+            self.seconds += time.perf_counter() - t0
+
+    def _partition_and_plan(
         self, gm: fx.GraphModule, joint_inputs: Sequence[object], **kwargs: Any
     ) -> tuple[fx.GraphModule, fx.GraphModule]:
         self.called = True

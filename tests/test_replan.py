@@ -125,6 +125,9 @@ def test_slower_compute_than_estimated_corrects_the_times(source):
     source(_as_predicted(b.plans, time_scale=2.0))
     _run(b, steps=6)
     first, second = b.plans
+    p = first.predicted  # the report splits the step into what each part measured
+    assert f"forward compute {2 * p.fw_compute_ms:.2f} vs {p.fw_compute_ms:.2f} ms" in first.measured_text()
+    assert f"backward compute {2 * p.bw_compute_ms:.2f} vs {p.bw_compute_ms:.2f} ms" in first.measured_text()
     assert second.corrections["fw_scale"] == pytest.approx(2.0, rel=1e-6)
     assert second.corrections["bw_scale"] == pytest.approx(2.0, rel=0.05)
     assert second.predicted.fw_compute_ms == pytest.approx(2 * first.predicted.fw_compute_ms, rel=0.05)

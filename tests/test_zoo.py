@@ -48,7 +48,7 @@ def test_list_names_models_and_strategies_without_importing_torch():
 def test_tiny_gpt_runs_two_rows_writes_zoo_json_and_prints_the_table(tmp_path, capsys):
     out = tmp_path / "zoo"
     rc = zoo.main(["--models", "tiny_gpt", "--device", "cpu", "--strategies",
-                   "inductor,offload:auto", "--steps", "1", "--warmup", "0", "--out", str(out)])
+                   "inductor,offload:auto", "--steps", "1", "--warmup", "0", "--out", str(out), "--dump"])
     printed = capsys.readouterr().out
     assert rc == 0, printed
     data = json.loads((out / "zoo.json").read_text())
@@ -61,6 +61,9 @@ def test_tiny_gpt_runs_two_rows_writes_zoo_json_and_prints_the_table(tmp_path, c
     compare = json.loads((out / "tiny_gpt" / "compare.json").read_text())
     assert [r["strategy"] for r in compare["rows"]] == ["inductor", "offload:auto"]
     assert (out / "tiny_gpt" / "inductor.log").exists() and (out / "tiny_gpt" / "offload_auto.log").exists()
+    # The offload row's log holds planning's phases; --dump kept its plan per graph.
+    assert "offload: graph 0: planned in" in (out / "tiny_gpt" / "offload_auto.log").read_text()
+    assert list((out / "tiny_gpt" / "dump" / "offload_auto").glob("graph_*/plan.json"))
     # A line as each row starts, then the table.
     assert "zoo: tiny_gpt: inductor ...\n" in printed and "zoo: tiny_gpt: offload:auto ...\n" in printed
     table = printed[printed.index("== tiny_gpt"):]

@@ -175,9 +175,17 @@ class GraphPlan:
         m, p = self.measured, self.predicted
         if m is None or p is None:
             return ""
+        fw_stall = getattr(m, "fw_stall_ms", 0.0)
         parts = [f"step {m.step_ms:.2f} ms measured vs {p.step_ms:.2f} ms predicted "
-                 f"({_signed(p.step_ms / m.step_ms - 1) if m.step_ms else 'n/a'}), "
-                 f"stalls {m.stall_ms:.2f} ms vs {p.stall_ms:.2f} ms"]
+                 f"({_signed(p.step_ms / m.step_ms - 1) if m.step_ms else 'n/a'}): "
+                 f"forward compute {m.fw_ms - fw_stall:.2f} vs {p.fw_compute_ms:.2f} ms, "
+                 f"backward compute {m.bw_ms - (m.stall_ms - fw_stall):.2f} vs {p.bw_compute_ms:.2f} ms, "
+                 f"stalls {m.stall_ms:.2f} ms (forward {fw_stall:.2f}) vs {p.stall_ms:.2f} ms"]
+        for way in ("d2h", "h2d"):  # the copies' bandwidth against the one planned with
+            gbps, planned = getattr(m, f"{way}_gbps", None), self.hardware.get(f"{way}_gbps")
+            if gbps:
+                parts.append(f"{way.upper()} {nbytes_text(getattr(m, f'{way}_bytes'))} at {gbps:.1f} GB/s"
+                             + (f" vs {planned:.1f} planned" if planned else ""))
         if m.step_peak_bytes is not None:
             parts.append(f"step peak {nbytes_text(m.step_peak_bytes)} measured vs {nbytes_text(p.step_peak_bytes)} "
                          f"predicted ({_signed(p.step_peak_bytes / m.step_peak_bytes - 1) if m.step_peak_bytes else 'n/a'}), "
