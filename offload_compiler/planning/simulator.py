@@ -28,7 +28,8 @@ use. That is the *activation peak*, the bytes held for backward. With
 gradient of a large activation is as large as it, and a recomputation that only
 moves the activation into the time of that op does not lower the peak.
 
-The *step peak* adds every other tensor the step writes: see :mod:`.step_peak`.
+The *step peak* adds every other tensor the step writes: see :mod:`.step_peak`. When
+a copy is released and where a reload is issued: :mod:`.copy_lanes`.
 
 With ``Lanes.chained`` (``per_block``), the graph is one call of a chain of identical
 calls, each forward followed by the next call's forward and each backward by the
@@ -62,10 +63,14 @@ within the call (its backward, with the next call's prefetched reloads) is kept 
 from __future__ import annotations
 
 import bisect
+import itertools
+import operator
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..decision import KEEP, OFFLOAD, RECOMPUTE, Decision
+from .copy_lanes import (Lanes, copy_ms, earliest_release, next_call_point, release_bounds,
+                         releases_now, reload_points)
 from .step_peak import Transient, step_peak_of
 
 
@@ -93,21 +98,6 @@ class SimTensor:
     recomputed in backward."""
     shared_ms: float = 0.0
     """The part of ``recompute_ms`` that the group shares."""
-
-
-@dataclass(frozen=True)
-class Lanes:
-    d2h_gbps: float
-    h2d_gbps: float
-    lead: float = 0.0
-    """Slack per copy, as a fraction of its duration: a reload is planned to end this
-    much before its first use, and a release waits until this much after its copy's
-    planned end (compute often runs faster than estimated; a copy planned to end just
-    in time then stalls it)."""
-    compute_slowdown: float = 0.0
-    """Compute ops that start while a copy runs take this fraction longer."""
-    chained: bool = False
-    """The graph is one call of a chain of identical calls (see the module docstring)."""
 
 
 @dataclass
@@ -150,11 +140,6 @@ class SimResult:
     prefetched: tuple[str, ...] = ()  # chained: reloads the previous call prefetched
 
 
-def copy_ms(nbytes: int, gbps: float) -> float:
-    """Milliseconds to copy ``nbytes`` at ``gbps`` GB/s."""
-    return nbytes / (gbps * 1e9) * 1e3
-
-
 def simulate(fw_ms: list[float], bw_ms: list[float], tensors: list[SimTensor], lanes: Lanes,
              *, record: bool = False, bw_out_bytes: list[int] | None = None,
              slowed: tuple[list[bool], list[bool]] | None = None,
@@ -167,198 +152,222 @@ def simulate(fw_ms: list[float], bw_ms: list[float], tensors: list[SimTensor], l
     last_op)``) for every other tensor the step writes, ops numbered over forward then
     backward (backward op ``k`` is ``len(fw_ms) + k``); with them, the result has
     ``step_peak_bytes``. ``previous``: with ``lanes.chained``, the call before this one
-    (``None``: simulated first, as this same call)."""
+    (``None``: simulated first, as this same call).
+
+    The solver calls this thousands of times per graph, so it does per op only what
+    that op needs (the copies in flight are looked at only where one can be released);
+    every time is summed in the order the model above reads."""
     chained = lanes.chained
     if chained and previous is None:
         previous = simulate(fw_ms, bw_ms, tensors, lanes, bw_out_bytes=bw_out_bytes, slowed=slowed,
-                            previous=_FIRST_CALL)
-    mem_deltas: list[tuple[float, int, int]] = []  # (time, order, delta)
-    out_deltas: list[tuple[float, int, int]] = []  # bw_out_bytes: activation peak only
+                            previous=FIRST_CALL)
+    slow = 1.0 + lanes.compute_slowdown
+    # Memory changes are made at the compute lane's current time, which never goes back
+    # unless an op lasts less than nothing (hand-made inputs only): then they are sorted
+    # by time before they are counted.
+    in_order = slow >= 0 and min(fw_ms, default=0.0) >= 0 and min(bw_ms, default=0.0) >= 0 and all(
+        x.recompute_ms >= 0 and x.recompute_ms - x.shared_ms >= 0 for x in tensors)
+    # Every memory change, ``(time, bytes)``, in the order made; ``outs``: which of them
+    # are backward outputs (the activation peak counts them, the step peak does not).
+    changes: list[tuple[float, int]] = []
+    outs: list[int] = []
     events: list[tuple[str, int, str, float, float]] = []
-    op_span: list[tuple[float, float]] = []  # (start, end) of every op, forward then backward
-    order = 0
+    op_span: list[tuple[float, float]] | None = [] if transients is not None else None
 
-    def mem(t: float, delta: int, into: list | None = None) -> None:
-        nonlocal order
-        (mem_deltas if into is None else into).append((t, order, delta))
-        order += 1
-
-    produced_at: dict[int, list[SimTensor]] = {}
-    held_from: dict[int, list[SimTensor]] = {}  # counted once forward is done with it
+    # After forward op i: tensors forward is done with (held from here), tensors produced.
+    n_fw, n_bw = len(fw_ms), len(bw_ms)
+    fw_at: dict[int, tuple[list[SimTensor], list[SimTensor]]] = {}
     for x in tensors:
-        produced_at.setdefault(x.produced, []).append(x)
         if x.decision != RECOMPUTE:
-            held_from.setdefault(max(x.produced, x.last_fw_use), []).append(x)
+            fw_at.setdefault(max(x.produced, x.last_fw_use), ([], []))[0].append(x)
+        fw_at.setdefault(x.produced, ([], []))[1].append(x)
 
     # ---- forward -------------------------------------------------------------
-    n_fw = len(fw_ms)
+    last_fw = n_fw - 1
     t, stall = 0.0, 0.0
     d2h_free = previous.d2h_spill_ms if chained else 0.0
     carried_in = previous.carried_bytes if chained else 0  # settled by the first release
     carried_out = 0
     if carried_in:
-        mem(0.0, carried_in)
+        changes.append((0.0, carried_in))
     copy_end: dict[str, float] = {}
     copy_time: dict[str, float] = {}
     done_at: dict[str, float] = {}  # when the plan counts the copy done: its end plus the lead
-    pending: list[SimTensor] = []  # offloaded, not yet released
-    # No pending copy can be released before op ``check_at`` (the least of their last
-    # forward uses, and of their planned release points where the plan fixes them).
-    check_at = n_fw
+    # Offloaded, not yet released, in the order copied; none is released before op
+    # ``fixed_at``, unless one due is done at ``due_done`` or op ``due_at`` makes another
+    # due (``copy_lanes.release_bounds``), or forward ends.
+    pending: list[SimTensor] = []
+    fixed_at, due_at, due_done = n_fw, n_fw, float("inf")
     release_after: dict[str, int] = {}
-    op_start: list[float] = []
-    slow = 1.0 + lanes.compute_slowdown
-    fw_slowed, bw_slowed = slowed if slowed is not None else ([True] * n_fw, [True] * len(bw_ms))
+    fw_slowed, bw_slowed = slowed if slowed is not None else (None, None)
+    d2h_gbps, lead = lanes.d2h_gbps, lanes.lead
     for i in range(n_fw):
-        op_start.append(t)
-        ms = fw_ms[i] * (slow if d2h_free > t and fw_slowed[i] else 1.0)
+        ms = fw_ms[i]
+        if d2h_free > t and (fw_slowed is None or fw_slowed[i]):
+            ms = ms * slow
         if record and ms > 0:
             events.append(("compute", i, "", t, t + ms))
-        op_span.append((t, t + ms))
+        if op_span is not None:
+            op_span.append((t, t + ms))
         t += ms
-        for x in held_from.get(i, ()):
-            mem(t, x.nbytes)
-        for x in produced_at.get(i, ()):
-            if x.decision == OFFLOAD:
-                start = max(t, d2h_free)
-                dur = copy_ms(x.nbytes, lanes.d2h_gbps)
-                copy_end[x.name], copy_time[x.name] = start + dur, dur
-                done_at[x.name] = start + dur * (1 + lanes.lead)
-                d2h_free = start + dur
-                if record:
-                    events.append(("d2h", i, x.name, start, start + dur))
-                pending.append(x)
-                check_at = min(check_at, _earliest_release(x))
-        if pending and (i >= check_at or i == n_fw - 1):
-            ready = [p for p in pending if _releases_now(p, i, t, done_at[p.name], n_fw)]
-            for x in ready:
-                release_after[x.name] = i
-                if chained and i == n_fw - 1:  # left to the next call, which settles it
-                    carried_out += x.nbytes
-                    mem(t, -x.nbytes)
-                    continue
-                wait = max(0.0, done_at[x.name] - t)
-                stall += wait
-                t += wait
-                mem(t, -x.nbytes)
-                if carried_in:
-                    mem(t, -carried_in)
-                    carried_in = 0
-            if ready:
-                pending = [p for p in pending if p.name not in release_after]
-                check_at = min((_earliest_release(p) for p in pending), default=n_fw)
+        at = fw_at.get(i)
+        if at is not None:
+            for x in at[0]:
+                changes.append((t, x.nbytes))
+            for x in at[1]:
+                if x.decision == OFFLOAD:
+                    start = max(t, d2h_free)
+                    dur = copy_ms(x.nbytes, d2h_gbps)
+                    copy_end[x.name], copy_time[x.name] = start + dur, dur
+                    done_at[x.name] = start + dur * (1 + lead)
+                    d2h_free = start + dur
+                    if record:
+                        events.append(("d2h", i, x.name, start, start + dur))
+                    pending.append(x)
+                    if x.release_after is not None:
+                        fixed_at = min(fixed_at, earliest_release(x))
+                    else:
+                        due_at = min(due_at, x.last_fw_use)
+        if not pending:
+            continue
+        if i >= due_at:  # copies became due: when is the first of them done?
+            fixed_at, due_at, due_done = release_bounds(pending, i, done_at, n_fw)
+        if i < fixed_at and due_done > t and i != last_fw:
+            continue
+        ready = [p for p in pending if releases_now(p, i, t, done_at[p.name], n_fw)]
+        for x in ready:
+            release_after[x.name] = i
+            if chained and i == last_fw:  # left to the next call, which settles it
+                carried_out += x.nbytes
+                changes.append((t, -x.nbytes))
+                continue
+            wait = max(0.0, done_at[x.name] - t)
+            stall += wait
+            t += wait
+            changes.append((t, -x.nbytes))
+            if carried_in:
+                changes.append((t, -carried_in))
+                carried_in = 0
+        if ready:
+            pending = [p for p in pending if p.name not in release_after]
+            fixed_at, due_at, due_done = release_bounds(pending, i, done_at, n_fw)
     fw_end = t
     if carried_in:
-        mem(t, -carried_in)
+        changes.append((t, -carried_in))
     hidden = {name: max(0.0, min(copy_end[name], fw_end) - (copy_end[name] - copy_time[name]))
               for name in copy_end}
 
     # ---- backward: plan reload issue points (as late as possible) -------------
-    n_bw = len(bw_ms)
-    bw_start = [fw_end]
-    for k in range(n_bw):
-        bw_start.append(bw_start[-1] + bw_ms[k])
     offloaded = sorted((x for x in tensors if x.decision == OFFLOAD),
                        key=lambda x: (x.first_bw_use, x.name))
-    reload_before: dict[str, int] = {}
-    lane_next = float("inf")
-    for x in reversed(offloaded):
-        dur = copy_ms(x.nbytes, lanes.h2d_gbps)
-        if x.reload_before is not None:
-            k = min(x.reload_before, x.first_bw_use)
-        else:
-            latest_end = min(bw_start[x.first_bw_use] - lanes.lead * dur, lane_next)
-            k = max(0, bisect.bisect_right(bw_start, latest_end - dur, 0, x.first_bw_use + 1) - 1)
-        reload_before[x.name] = k
-        lane_next = bw_start[k]
-    issue_at: dict[int, list[SimTensor]] = {}
+    # When each backward op starts, were nothing to wait for (``bw_start[-1]``: the end).
+    bw_start = list(itertools.accumulate(bw_ms, initial=fw_end)) if offloaded else [fw_end]
+    reload_before = reload_points(offloaded, bw_start, lanes)
+    # Before backward op k: reloads issued, then first uses; after it: last uses.
+    bw_at: dict[int, tuple[list[SimTensor], list[SimTensor], list[SimTensor]]] = {}
     for x in offloaded:
-        issue_at.setdefault(reload_before[x.name], []).append(x)
-    first_use: dict[int, list[SimTensor]] = {}
-    last_use: dict[int, list[SimTensor]] = {}
+        bw_at.setdefault(reload_before[x.name], ([], [], []))[0].append(x)
     for x in tensors:
-        first_use.setdefault(x.first_bw_use, []).append(x)
-        last_use.setdefault(x.last_bw_use, []).append(x)
+        if x.decision != KEEP:
+            bw_at.setdefault(x.first_bw_use, ([], [], []))[1].append(x)
+        bw_at.setdefault(x.last_bw_use, ([], [], []))[2].append(x)
 
     first = [x for x in offloaded if reload_before[x.name] == 0] if chained and n_bw else []
     first_names = {x.name for x in first}
-    next_call = _next_call_point(first, offloaded, reload_before, bw_start, lanes)
+    next_call = next_call_point(first, offloaded, reload_before, bw_start, lanes)
     lead_ms = previous.prefetch_lead_ms if chained else 0.0
     prefetch_start = 0.0
 
     # ---- backward: run ---------------------------------------------------------
-    bw_order = order  # memory changes from here on are backward's
+    bw_order = len(changes)  # memory changes from here on are backward's
     # A reload never starts before the copy out ended (chained: other calls ran between).
     h2d_free = t if chained else max(t, d2h_free)
     landed = fw_end - lead_ms  # chained: where the previous call's prefetch of ``first`` stands
     reload_end: dict[str, float] = {}
     groups_done: set[str] = set()
+    h2d_gbps = lanes.h2d_gbps
     for k in range(n_bw):
-        for x in issue_at.get(k, ()):
-            dur = copy_ms(x.nbytes, lanes.h2d_gbps)
-            if x.name in first_names:  # issued by the previous call's backward
-                landed += dur
-                reload_end[x.name] = landed
-                h2d_free = max(h2d_free, landed)
-                mem(t, x.nbytes)
-                continue
-            start = max(t, h2d_free) if chained else max(t, h2d_free, copy_end[x.name])
-            reload_end[x.name] = start + dur
-            h2d_free = start + dur
-            mem(t, x.nbytes)
-            if record:
-                events.append(("h2d", n_fw + k, x.name, start, start + dur))
+        at = bw_at.get(k)
+        if at is not None:
+            for x in at[0]:
+                dur = copy_ms(x.nbytes, h2d_gbps)
+                if x.name in first_names:  # issued by the previous call's backward
+                    landed += dur
+                    reload_end[x.name] = landed
+                    h2d_free = max(h2d_free, landed)
+                    changes.append((t, x.nbytes))
+                    continue
+                start = max(t, h2d_free) if chained else max(t, h2d_free, copy_end[x.name])
+                reload_end[x.name] = start + dur
+                h2d_free = start + dur
+                changes.append((t, x.nbytes))
+                if record:
+                    events.append(("h2d", n_fw + k, x.name, start, start + dur))
         if k == next_call:  # the next call's first reloads, after this call's own
             prefetch_start = max(t, h2d_free)
-            h2d_free = prefetch_start + sum(copy_ms(x.nbytes, lanes.h2d_gbps) for x in first)
-            mem(t, sum(x.nbytes for x in first))
+            h2d_free = prefetch_start + sum(copy_ms(x.nbytes, h2d_gbps) for x in first)
+            changes.append((t, sum(x.nbytes for x in first)))
             if record:
                 events.append(("h2d", n_fw + k, f"next call: {len(first)} reloads", prefetch_start, h2d_free))
-        for x in first_use.get(k, ()):
-            if x.decision == OFFLOAD:
-                wait = max(0.0, reload_end[x.name] - t)
-                stall += wait
-                t += wait
-            elif x.decision == RECOMPUTE:
-                ms = x.recompute_ms
-                if x.group:
-                    ms -= x.shared_ms if x.group in groups_done else 0.0
-                    groups_done.add(x.group)
-                if record and ms > 0:
-                    events.append(("compute", n_fw + k, x.name, t, t + ms))
-                t += ms
-                mem(t, x.nbytes)
-        ms = bw_ms[k] * (slow if h2d_free > t and bw_slowed[k] else 1.0)
+        if at is not None:
+            for x in at[1]:
+                if x.decision == OFFLOAD:
+                    wait = max(0.0, reload_end[x.name] - t)
+                    stall += wait
+                    t += wait
+                else:  # recomputed
+                    ms = x.recompute_ms
+                    if x.group:
+                        ms -= x.shared_ms if x.group in groups_done else 0.0
+                        groups_done.add(x.group)
+                    if record and ms > 0:
+                        events.append(("compute", n_fw + k, x.name, t, t + ms))
+                    t += ms
+                    changes.append((t, x.nbytes))
+        ms = bw_ms[k]
+        if h2d_free > t and (bw_slowed is None or bw_slowed[k]):
+            ms = ms * slow
         if record and ms > 0:
             events.append(("compute", n_fw + k, "", t, t + ms))
         out = bw_out_bytes[k] if bw_out_bytes else 0
         if out:
-            mem(t, out, out_deltas)
-        op_span.append((t, t + ms))
+            outs.append(len(changes))
+            changes.append((t, out))
+        if op_span is not None:
+            op_span.append((t, t + ms))
         t += ms
         if out:
-            mem(t, -out, out_deltas)
-        for x in last_use.get(k, ()):
-            mem(t, -x.nbytes)
+            outs.append(len(changes))
+            changes.append((t, -out))
+        if at is not None:
+            for x in at[2]:
+                changes.append((t, -x.nbytes))
 
     if next_call is not None:
-        mem(t, -sum(x.nbytes for x in first))
+        changes.append((t, -sum(x.nbytes for x in first)))
 
     # ---- memory ---------------------------------------------------------------
-    held, peak, peak_t, end_fw, between = 0, 0, 0.0, 0, 0
-    curve = []
-    for time_ms, k, delta in sorted(mem_deltas + out_deltas):
-        held += delta
-        if time_ms <= fw_end:
-            end_fw = held
-        if k < bw_order:
-            between = held
-        if held > peak:
-            peak, peak_t = held, time_ms
-        if record:
-            curve.append((time_ms, held))
+    times, deltas = list(map(_TIME, changes)), list(map(_DELTA, changes))
+    order = None if in_order else sorted(range(len(changes)), key=times.__getitem__)  # stable
+    if order is not None:
+        times, deltas = [times[j] for j in order], [deltas[j] for j in order]
+    levels = list(itertools.accumulate(deltas))  # bytes held after each change
+    peak = max(levels, default=0)
+    if peak > 0:
+        at = levels.index(peak)  # the first time it is reached
+        peak_t = times[at]
+    else:
+        peak, peak_t = 0, 0.0
+    done = bisect.bisect_right(times, fw_end)  # the changes at or before the end of forward
+    end_fw = levels[done - 1] if done else 0
+    if order is None:
+        between = levels[bw_order - 1] if bw_order else 0
+    else:  # after the last of forward's changes, in time order
+        last = max((p for p, j in enumerate(order) if j < bw_order), default=-1)
+        between = levels[last] if last >= 0 else 0
+    curve = list(zip(times, levels)) if record else []
     step_peak, step_peak_t = (0, 0.0)
-    if transients is not None:
+    if op_span is not None:
         # Inductor's own estimate, which guards its buffer reuse, counts graph inputs
         # and outputs on any device: each offloaded tensor's host copy from its copy
         # to the end of forward, and from the start of backward to its reload.
@@ -366,14 +375,16 @@ def simulate(fw_ms: list[float], bw_ms: list[float], tensors: list[SimTensor], l
         for x in offloaded:
             for op in (*range(x.produced, n_fw), *range(n_fw, n_fw + reload_before[x.name] + 1)):
                 host[op] += x.nbytes
-        step_peak, step_peak_t = step_peak_of(mem_deltas, transients, op_span, n_fw, host)
+        skip = set(outs)
+        activations = [(time_ms, j, delta) for j, (time_ms, delta) in enumerate(changes) if j not in skip]
+        step_peak, step_peak_t = step_peak_of(activations, transients, op_span, n_fw, host)
     call_peak = peak
     spill = max(0.0, d2h_free - fw_end)
     if chained:  # what a call holds while the other calls run (module docstring)
         peak, peak_t, end_fw = between, fw_end, between
         # A copy engine given more than a forward's worth of copies per call falls
         # further behind with every call: some call waits for the excess.
-        behind = max(0.0, spill - previous.d2h_spill_ms) if previous is not _FIRST_CALL else 0.0
+        behind = max(0.0, spill - previous.d2h_spill_ms) if previous is not FIRST_CALL else 0.0
         stall, t = stall + behind, t + behind
     return SimResult(
         step_ms=t, fw_ms=fw_end, bw_ms=t - fw_end, stall_ms=stall, peak_bytes=peak,
@@ -386,35 +397,10 @@ def simulate(fw_ms: list[float], bw_ms: list[float], tensors: list[SimTensor], l
     )
 
 
+_TIME, _DELTA = operator.itemgetter(0), operator.itemgetter(1)
+
+
 #: The call before the first one simulated in a chain: nothing spilled or carried, its
 #: prefetch of the first reloads long done.
-_FIRST_CALL = SimResult(step_ms=0.0, fw_ms=0.0, bw_ms=0.0, stall_ms=0.0, peak_bytes=0,
-                        peak_time_ms=0.0, end_of_forward_bytes=0, prefetch_lead_ms=float("inf"))
-
-
-def _next_call_point(first: list[SimTensor], offloaded: list[SimTensor], reload_before: dict[str, int],
-                     bw_start: list[float], lanes: Lanes) -> int | None:
-    """Chained: the backward op before which the next call's ``first`` reloads are issued:
-    after this call's own reloads are, and no earlier than they need to end, with the
-    lead, by the end of backward (they are held from there)."""
-    if not first:
-        return None
-    n_bw = len(bw_start) - 1
-    names = {x.name for x in first}
-    own = max((reload_before[x.name] for x in offloaded if x.name not in names), default=0)
-    needed = sum(copy_ms(x.nbytes, lanes.h2d_gbps) for x in first) * (1 + lanes.lead)
-    latest = max(0, bisect.bisect_right(bw_start, bw_start[n_bw] - needed, 0, n_bw) - 1)
-    return min(max(own, latest), n_bw - 1)
-
-
-def _earliest_release(x: SimTensor) -> int:
-    """The first forward op after which :func:`_releases_now` can hold for ``x``."""
-    return max(x.release_after, x.last_fw_use) if x.release_after is not None else x.last_fw_use
-
-
-def _releases_now(x: SimTensor, i: int, t: float, done_at: float, n_fw: int) -> bool:
-    if x.release_after is not None:
-        return i >= max(x.release_after, x.last_fw_use)
-    if i < x.last_fw_use:
-        return False
-    return done_at <= t or i == n_fw - 1
+FIRST_CALL = SimResult(step_ms=0.0, fw_ms=0.0, bw_ms=0.0, stall_ms=0.0, peak_bytes=0,
+                       peak_time_ms=0.0, end_of_forward_bytes=0, prefetch_lead_ms=float("inf"))
