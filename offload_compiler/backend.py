@@ -169,11 +169,11 @@ class OffloadBackend:
         compiled = self._inner_compile(gm, example_inputs, config,
                                        sizes.at_sizes(partitioner, planned_at), patches)
         if made.plans:
+            took = time.perf_counter() - t0
             progress.info("offload: graph %d: compiled in %.1f s: %.1f s in the offload partitioner "
                           "(min-cut, planning, the rewrite), %.1f s AOTAutograd's trace and the inner "
-                          "compiler's forward (the backward compiles at its first call)", made.plans[-1].graph_id,
-                          time.perf_counter() - t0, partitioner.seconds,
-                          time.perf_counter() - t0 - partitioner.seconds)
+                          "compiler's forward (the backward compiles at its first call)",
+                          made.plans[-1].graph_id, took, partitioner.seconds, took - partitioner.seconds)
         if not partitioner.called and torch.is_grad_enabled():
             # No partition: Inductor's (or AOTAutograd's) cache held the graphs, or no
             # backward is needed (then the plan cache has no entry for this key either).

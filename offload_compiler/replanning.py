@@ -76,8 +76,7 @@ class MeasuredGraph:
         self.first: int | None = None  # the call measured for memory; the next for time
         self.warming = False  # a call's backward is watched to end the warm-up
         self.recorders: dict[str, Any] = {}
-        self.pinned: dict[str, int] = {}  # host pool allocations at each measured call's start
-        self.disturbed: set[str] = set()  # measured calls during which the host pool allocated
+        self.disturbed = False  # the host pool allocated during the timed call
         self.done = plan is None or plan.predicted is None
 
     def __call__(self, *args: Any) -> Any:
@@ -105,15 +104,15 @@ class MeasuredGraph:
                 self.first += 1  # measure a training call
             return self.compiled(*args)
         pool = host_pool()
-        self.pinned[what] = pool.allocations
+        allocations = pool.allocations
         recorder.probe("fw_start")
         out = self.compiled(*args)
         recorder.probe("fw_end")
 
         def backward_done() -> None:
             recorder.probe("bw_end")
-            if pool.allocations != self.pinned[what]:
-                self.disturbed.add(what)
+            if what == "time" and pool.allocations != allocations:
+                self.disturbed = True
 
         handles = _on_backward(args, out, backward_done, lambda: recorder.probe("bw_start"))
         if handles is None:
@@ -160,14 +159,13 @@ class MeasuredGraph:
             results[what] = got
         self.recorders = {}
         timed, memory = results.get("time"), results.get("memory")
-        if "time" in self.disturbed and self.remeasures < MAX_REMEASURES:
+        disturbed, self.disturbed = self.disturbed, False
+        if disturbed and self.remeasures < MAX_REMEASURES:
             self.remeasures += 1
-            self.disturbed.clear()
             self.first = self.calls  # this call and the next, measured again
             log.info("offload: graph %d: the host pool pinned memory during the timed call; "
                      "measuring again (%d/%d)", self.plan.graph_id, self.remeasures, MAX_REMEASURES)
             return
-        self.disturbed.clear()
         if timed is None:
             self.done = True  # a backward did not run, or nothing could be measured: no re-plan
             return

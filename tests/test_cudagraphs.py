@@ -31,21 +31,26 @@ CUDAGRAPH_MODES = ("reduce-overhead", "max-autotune")
 
 
 # -- modes --------------------------------------------------------------------------
-@pytest.mark.parametrize("mode", VALID_MODES)
-def test_each_valid_mode_hands_inductor_its_options(mode, monkeypatch):
+@pytest.fixture
+def seen(monkeypatch):
+    """The config patches the backend hands Inductor's ``compile_fx`` (replaced by a
+    stand-in that compiles nothing)."""
     from torch._inductor import compile_fx as cfx
-    from torch._inductor import list_mode_options
 
-    seen = {}
-
-    def compiled(*args):
-        return args
+    patches = {}
 
     def fake_compile_fx(gm, inputs, config_patches=None, **kwargs):
-        seen.update(config_patches)
-        return compiled
+        patches.update(config_patches)
+        return lambda *args: args
 
     monkeypatch.setattr(cfx, "compile_fx", fake_compile_fx)
+    return patches
+
+
+@pytest.mark.parametrize("mode", VALID_MODES)
+def test_each_valid_mode_hands_inductor_its_options(mode, seen):
+    from torch._inductor import list_mode_options
+
     gm = torch.fx.symbolic_trace(torch.nn.Linear(4, 4))
     make_backend(**loopback(), mode=mode)(gm, [torch.randn(2, 4)])
     expected = {} if mode in (None, "default") else list_mode_options(mode)
@@ -55,19 +60,7 @@ def test_each_valid_mode_hands_inductor_its_options(mode, monkeypatch):
     assert "-slots" in partitioner.uuid() if mode in CUDAGRAPH_MODES else "-slots" not in partitioner.uuid()
 
 
-def test_without_cudagraph_trees_the_graph_runs_without_cuda_graphs(monkeypatch, caplog):
-    from torch._inductor import compile_fx as cfx
-
-    seen = {}
-
-    def compiled(*args):
-        return args
-
-    def fake_compile_fx(gm, inputs, config_patches=None, **kwargs):
-        seen.update(config_patches)
-        return compiled
-
-    monkeypatch.setattr(cfx, "compile_fx", fake_compile_fx)
+def test_without_cudagraph_trees_the_graph_runs_without_cuda_graphs(seen, caplog):
     gm = torch.fx.symbolic_trace(torch.nn.Linear(4, 4))
     with torch._inductor.config.patch({"triton.cudagraph_trees": False}), \
             caplog.at_level(logging.WARNING, logger="offload_compiler"):
