@@ -222,14 +222,14 @@ def test_repartitions_skip_a_second_cse_and_plan_the_same(monkeypatch):
     from torch._functorch import partitioners
 
     from helpers import backend, loopback
-    from offload_compiler.planning import search
+    from offload_compiler.planning import reuse
 
     calls = []
     cse = partitioners.fx_graph_cse
     monkeypatch.setattr(partitioners, "fx_graph_cse", lambda g: calls.append(g) or cse(g))
     min_cuts = []
-    partition = search._Reuse.partition
-    monkeypatch.setattr(search._Reuse, "partition", lambda self: min_cuts.append(1) or partition(self))
+    partition = reuse.Reuse.partition
+    monkeypatch.setattr(reuse.Reuse, "partition", lambda self: min_cuts.append(1) or partition(self))
 
     def plan():
         torch._dynamo.reset()
@@ -249,20 +249,20 @@ def test_repartitions_skip_a_second_cse_and_plan_the_same(monkeypatch):
         def patch(**_):
             return contextlib.nullcontext()
 
-    monkeypatch.setattr(search, "functorch_config", _Always)
+    monkeypatch.setattr(reuse, "functorch_config", _Always)
     assert plan() == skipped
     assert len(calls) > 1
 
 
 def test_a_partition_is_reused_for_the_same_tags_with_the_tags_min_cut_left():
-    """``search._Reuse``: min-cut runs once per set of recompute tags on the joint graph;
+    """``reuse.Reuse``: min-cut runs once per set of recompute tags on the joint graph;
     asked again for tags it has seen, it hands back the same partition and facts and
     puts back the tags min-cut left (here, a MUST_SAVE of its own)."""
     import torch
     import torch.fx as fx
     from torch.utils.checkpoint import CheckpointPolicy
 
-    from offload_compiler.planning import search
+    from offload_compiler.planning import reuse as planning_reuse
 
     class M(torch.nn.Module):
         def forward(self, x):
@@ -273,21 +273,117 @@ def test_a_partition_is_reused_for_the_same_tags_with_the_tags_min_cut_left():
     made = []
 
     def repartition():
-        made.append(search.recompute_tags(joint))
+        made.append(planning_reuse.recompute_tags(joint))
         nodes["cos"].meta["recompute"] = CheckpointPolicy.MUST_SAVE  # min-cut's own tag
         return f"fw{len(made)}", f"bw{len(made)}", []
 
-    reuse = search._Reuse(joint, repartition, lambda fw, bw, c: f"facts of {fw}")
+    reuse = planning_reuse.Reuse(joint, repartition, lambda fw, bw, c: f"facts of {fw}")
     nodes["sin"].meta["recompute"] = CheckpointPolicy.MUST_RECOMPUTE
     first = reuse.partition()
     assert (first.fw_gm, first.facts) == ("fw1", "facts of fw1")
-    search._restore_tags(joint, {"mul": CheckpointPolicy.MUST_RECOMPUTE})
+    planning_reuse.restore_tags(joint, {"mul": CheckpointPolicy.MUST_RECOMPUTE})
     other = reuse.partition()
     assert other.fw_gm == "fw2" and len(made) == 2
-    search._restore_tags(joint, {"sin": CheckpointPolicy.MUST_RECOMPUTE})
+    planning_reuse.restore_tags(joint, {"sin": CheckpointPolicy.MUST_RECOMPUTE})
     again = reuse.partition()
     assert again is first and len(made) == 2 and reuse.partitions_reused == 1
-    assert search.recompute_tags(joint) == {"sin": CheckpointPolicy.MUST_RECOMPUTE,
+    assert planning_reuse.recompute_tags(joint) == {"sin": CheckpointPolicy.MUST_RECOMPUTE,
                                             "cos": CheckpointPolicy.MUST_SAVE}
     assert reuse.memo(first.facts) is reuse.memo(first.facts)
     assert reuse.memo(first.facts) is not reuse.memo(other.facts)
+
+
+def test_repartitions_generate_no_code_but_the_plan_takes_its_partition_with_code(monkeypatch):
+    """Repartitions leave their modules' Python code ungenerated (min-cut and
+    ``keep_matmuls_early`` would generate the backward's three times); the partition
+    the plan takes gets it from its final graph. The plan, its rewritten graphs' code
+    and the gradients are those of a compile that generates the code every time, with
+    fewer code generations."""
+    import contextlib
+
+    import torch
+
+    from helpers import backend, loopback
+    from offload_compiler.planning import reuse
+
+    from offload_compiler import partitioner
+
+    generated = []
+    python_code = torch.fx.Graph.python_code
+    monkeypatch.setattr(torch.fx.Graph, "python_code",
+                        lambda self, *a, **k: generated.append(1) or python_code(self, *a, **k))
+    stale = []
+    plan_graph = partitioner.plan_graph
+
+    def checked(*args, **kwargs):
+        """The modules handed to the rewrite (and the dump) have the code of their graph."""
+        planned = plan_graph(*args, **kwargs)
+        for gm in (planned.fw_gm, planned.bw_gm):
+            stale.append(getattr(gm, "code", None) != python_code(gm.graph, "self").src)
+        return planned
+
+    monkeypatch.setattr(partitioner, "plan_graph", checked)
+
+    def plan(budget):
+        torch._dynamo.reset()
+        generated.clear()
+        stale.clear()
+        model, inputs = _small_gpt()
+        b = backend(**loopback(policy="cost_model", inner_compiler="eager", memory_budget=budget,
+                               min_offload_bytes=0, plan_cache=False))
+        torch.compile(model, backend=b)(*inputs).backward()
+        (p,) = b.plans
+        grads = [q.grad.clone() for q in model.parameters()]
+        return ([(d.name, d.decision) for d in p.decisions], p.predicted, p.fw_graph.code,
+                p.bw_graph.code, p.recomputed), grads, len(generated)
+
+    for budget in ("auto", 0.2):
+        deferred, grads, fewer = plan(budget)
+        assert deferred[-1]  # the plan took a repartition
+        with monkeypatch.context() as m:
+            m.setattr(reuse, "_code_deferred", lambda _: contextlib.nullcontext())
+            eager, eager_grads, more = plan(budget)
+        assert deferred == eager and stale and not any(stale)
+        assert all(torch.equal(a, b) for a, b in zip(grads, eager_grads))
+        assert fewer < more
+
+
+def test_code_deferral_is_scoped_to_its_thread_and_restored():
+    """Inside the scope a module's recompile is recorded, not run (its code stays what
+    it was); a lazy module, or another thread, generates as usual; on exit
+    ``GraphModule.recompile`` is torch's again, and generating the recorded module's
+    code gives the code of its graph."""
+    import threading
+
+    import torch
+    import torch.fx as fx
+    from torch.fx._lazy_graph_module import _LazyGraphModule
+
+    from offload_compiler.planning import reuse
+
+    def f(x):
+        return torch.sin(x)
+
+    def to_cos(gm: fx.GraphModule) -> None:
+        (sin,) = gm.graph.find_nodes(op="call_function", target=torch.sin)
+        sin.target = torch.cos
+
+    gm, other = fx.symbolic_trace(f), fx.symbolic_trace(f)
+    lazy = _LazyGraphModule(gm, fx.symbolic_trace(f).graph)
+    before = gm.code
+    deferred = []
+    with reuse._code_deferred(deferred):
+        for module in (gm, other, lazy):
+            to_cos(module)
+        gm.recompile()
+        assert gm.code == before
+        lazy.recompile()
+        thread = threading.Thread(target=other.recompile)
+        thread.start()
+        thread.join()
+        assert "cos" in other.code
+    assert "cos" in lazy.code
+    assert deferred == [gm]
+    assert fx.GraphModule.recompile is reuse._GENERATE
+    reuse._GENERATE(gm)
+    assert "cos" in gm.code and torch.equal(gm(torch.ones(2)), torch.ones(2).cos())

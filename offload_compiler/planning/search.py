@@ -22,10 +22,9 @@ import functools
 import logging
 import time
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import torch.fx as fx
-from torch._functorch import config as functorch_config
 
 from passes import Candidate
 from passes.schedule_prefetches import NEXT_CALL
@@ -41,6 +40,7 @@ from .facts import Facts, final_simulation, gather, lanes_of, tag_recompute
 from .hardware import profile_for
 from .limits import fit_limit
 from .replan import Corrections
+from .reuse import Partition, Repartition, Reuse, recompute_tags, restore_tags
 from .simulator import Lanes, SimResult
 from .solver import SimMemo, Solution, bisect_budgets, solve
 
@@ -52,19 +52,6 @@ progress = logging.getLogger("offload_compiler.progress")
 MAX_ROUNDS = 3
 #: ``"auto"``: fixed budgets tried on realised partitions after the solver's own choice.
 AUTO_REALISED_STEPS = 4
-
-#: ``repartition()``: min-cut on the (re-tagged) joint graph, then candidate analysis:
-#: ``(fw_gm, bw_gm, candidates)``.
-Repartition = Callable[[], "tuple[fx.GraphModule, fx.GraphModule, list[Candidate]]"]
-
-
-@dataclass
-class Partition:
-    fw_gm: fx.GraphModule
-    bw_gm: fx.GraphModule
-    candidates: list[Candidate]
-    facts: Facts | None = None
-
 
 @dataclass
 class _Realised(Partition):
@@ -116,11 +103,6 @@ def plan_graph(joint_gm: fx.GraphModule, start: Partition, num_fwd_outputs: int,
     return planned
 
 
-def recompute_tags(joint_gm: fx.GraphModule) -> dict[str, Any]:
-    """The joint graph's recompute tags by node name."""
-    return {n.name: n.meta["recompute"] for n in joint_gm.graph.nodes if "recompute" in n.meta}
-
-
 def replay(joint_gm: fx.GraphModule, tags: dict[str, Any], plan: GraphPlan,
            release_after: dict[str, str] | None, issue_before: dict[str, str] | None,
            repartition: Repartition) -> PlannedGraph | None:
@@ -130,7 +112,7 @@ def replay(joint_gm: fx.GraphModule, tags: dict[str, Any], plan: GraphPlan,
     offloaded value missing or no longer eligible, a schedule node missing); the joint
     graph's tags are then as the caller left them."""
     before = recompute_tags(joint_gm)
-    _restore_tags(joint_gm, tags)
+    restore_tags(joint_gm, tags)
     fw_gm, bw_gm, candidates = repartition()
     by_name = {c.name: c for c in candidates}
     fw_nodes = {n.name: n for n in fw_gm.graph.nodes}
@@ -139,7 +121,7 @@ def replay(joint_gm: fx.GraphModule, tags: dict[str, Any], plan: GraphPlan,
     fits = fits and all(v in fw_nodes for v in (release_after or {}).values())
     fits = fits and all(v in bw_nodes for v in (issue_before or {}).values())
     if not fits:
-        _restore_tags(joint_gm, before)
+        restore_tags(joint_gm, before)
         return None
     return PlannedGraph(
         fw_gm, bw_gm, plan,
@@ -173,7 +155,7 @@ def _plan_cost_model(joint_gm, start: Partition, num_fwd_outputs: int, config: O
              _mib(sum(x.nbytes for x in facts.tensors)), _mib(baseline.peak_bytes),
              baseline.step_ms, budget.describe(), time.perf_counter() - t0)
     tags = recompute_tags(joint_gm)  # the user's, before any probe tags the graph
-    reuse = _Reuse(joint_gm, repartition, functools.partial(
+    reuse = Reuse(joint_gm, repartition, functools.partial(
         _gather_facts, num_fwd_outputs=num_fwd_outputs, joint_gm=joint_gm, cost=cost,
         min_bytes=config.min_offload_bytes))
     realise = functools.partial(_realise, joint_gm, num_fwd_outputs, config, start, lanes,
@@ -187,7 +169,7 @@ def _plan_cost_model(joint_gm, start: Partition, num_fwd_outputs: int, config: O
                       graph_id, time.perf_counter() - t1, _mib(best.final.peak_bytes), best.final.step_ms)
     if available is not None:
         def attempt(nbytes: int) -> _Realised:
-            _restore_tags(joint_gm, tags)
+            restore_tags(joint_gm, tags)
             return realise(nbytes)
 
         best = fit_limit(best, attempt, baseline.peak_bytes, available, corrections, graph_id)
@@ -212,6 +194,7 @@ def _plan_cost_model(joint_gm, start: Partition, num_fwd_outputs: int, config: O
     issue_before = {name: best.facts.bw_nodes[k] for name, k in final.reload_before.items()}
     if final.next_call_before is not None:  # per_block: where the next call's reloads go
         issue_before[NEXT_CALL] = best.facts.bw_nodes[final.next_call_before]
+    reuse.generate_code(best.fw_gm, best.bw_gm)
     return PlannedGraph(best.fw_gm, best.bw_gm, plan, release_after, issue_before,
                         recomputed=bool(best.recomputed), recompute_tags=best.tags)
 
@@ -234,56 +217,8 @@ def _gather_facts(fw_gm: fx.GraphModule, bw_gm: fx.GraphModule, candidates: list
     return gather(fw_gm, bw_gm, num_fwd_outputs, candidates, joint_gm, cost, min_bytes)
 
 
-class _Reuse:
-    """What planning one graph would otherwise compute again: min-cut's partition and its
-    facts for each set of recompute tags on the joint graph (``"auto"``'s probes often
-    realise the same recomputation), and the simulations the solver ran on each set of
-    facts (every probe solves the default partition first). Each is a pure function of
-    its key, so reuse changes no plan, only the time it takes.
-
-    Min-cut also leaves tags of its own on the joint graph (``MUST_SAVE`` where its
-    cleanup says so): a reused partition puts back the tags its min-cut left.
-
-    Min-cut's first step replaces the joint graph with its common-subexpression-
-    eliminated copy. The partition the planner starts from did that already, and one
-    pass leaves no two nodes alike (it substitutes each node's arguments before
-    comparing), so the repartitions here skip it (``torch._functorch.config.cse``, for
-    their scope): about a sixth of each min-cut's time, the same partition."""
-
-    def __init__(self, joint_gm: fx.GraphModule, repartition: Repartition,
-                 gather_facts: Callable[[fx.GraphModule, fx.GraphModule, list[Candidate]], Facts]):
-        self.joint_gm = joint_gm
-        self._repartition = repartition
-        self._gather = gather_facts
-        self._partitions: dict[tuple, tuple[Partition, dict[str, Any]]] = {}
-        self._memos: dict[int, tuple[Facts, SimMemo]] = {}
-        self.partitions_reused = 0
-
-    def partition(self) -> Partition:
-        """Min-cut's partition of the joint graph as tagged now, with its facts."""
-        key = tuple(sorted(recompute_tags(self.joint_gm).items()))
-        known = self._partitions.get(key)
-        if known is None:
-            with functorch_config.patch(cse=False):
-                fw_gm, bw_gm, candidates = self._repartition()
-            left = recompute_tags(self.joint_gm)
-            facts = self._gather(fw_gm, bw_gm, candidates)
-            known = self._partitions[key] = (Partition(fw_gm, bw_gm, candidates, facts), left)
-        else:
-            self.partitions_reused += 1
-            _restore_tags(self.joint_gm, known[1])
-        return known[0]
-
-    def memo(self, facts: Facts) -> SimMemo:
-        """The solver's simulations on ``facts``, kept across solves."""
-        known = self._memos.get(id(facts))
-        if known is None or known[0] is not facts:
-            known = self._memos[id(facts)] = (facts, SimMemo())
-        return known[1]
-
-
 def _realise(joint_gm, num_fwd_outputs: int, config: OffloadConfig, start: Partition, lanes,
-             baseline, cost, budget: Budget, reuse: _Reuse,
+             baseline, cost, budget: Budget, reuse: Reuse,
              budget_bytes: int | None) -> _Realised:
     """Solve on ``start`` (the default partition) for ``budget_bytes`` (``None``:
     ``"auto"``'s own search), realise the recomputation by tagging ``joint_gm`` and
@@ -342,7 +277,7 @@ def _search_realised(first: _Realised, realise, baseline: SimResult, joint_gm: f
         nonlocal best, probe
         probe += 1
         t0 = time.perf_counter()
-        _restore_tags(joint_gm, tags)
+        restore_tags(joint_gm, tags)
         trial = realise(budget)
         within = trial.final.step_ms <= limit_ms
         progress.info("offload: graph %d: \"auto\" probe %d/%d: budget %s -> peak %s, step %.2f ms "
@@ -358,7 +293,7 @@ def _search_realised(first: _Realised, realise, baseline: SimResult, joint_gm: f
 
     bisect_budgets(lo, hi, AUTO_REALISED_STEPS, fits)
     if best is None:  # nothing moved is always within the overhead
-        _restore_tags(joint_gm, tags)
+        restore_tags(joint_gm, tags)
         best = realise(baseline.peak_bytes)
     return best
 
@@ -376,17 +311,6 @@ def _simulate(plan: GraphPlan, facts: Facts, baseline: SimResult, lanes: Lanes, 
     plan.predicted = Predictions.of(baseline, final, budget_bytes, (sum(facts.fw_ms), sum(facts.bw_ms)),
                                     corrections.unmodelled_bytes)
     return final
-
-
-def _restore_tags(joint_gm: fx.GraphModule, tags: dict[str, Any]) -> None:
-    """Put back the recompute tags ``tags`` recorded by node name (the user's, before
-    any probe tagged the graph). By name: min-cut's CSE pass replaces the joint graph's
-    nodes with copies on every call."""
-    for node in joint_gm.graph.nodes:
-        if node.name in tags:
-            node.meta["recompute"] = tags[node.name]
-        else:
-            node.meta.pop("recompute", None)
 
 
 def _device_of(candidates: list[Candidate], devices: tuple[str, ...]) -> str:
