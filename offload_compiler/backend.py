@@ -191,7 +191,8 @@ class OffloadBackend:
             lowering.install()
 
             return _uses_pool(config, compile_fx(
-                gm, example_inputs, config_patches={**patches, "custom_partitioner_fn": partitioner}
+                gm, example_inputs, inner_compile=lowering.compile_inner,
+                config_patches={**patches, "custom_partitioner_fn": partitioner},
             ), example_inputs, fixed_buffers=_records(patches))
         from functorch.compile import make_boxed_func
         from torch._dynamo.backends.common import aot_autograd

@@ -14,12 +14,27 @@ The mark is wrong for this op: ``h2d`` always returns a fresh allocation of its 
 (``torch.empty_strided`` on the device, offset 0). :func:`install` wraps the op's
 fallback lowering so that its result is not marked; the same for its token form
 ``h2d.slot`` (``runtime/graph_slots.py``), whose result is as fresh.
+
+It also compiles each graph that carries transfer ops in the order the plan was made
+for (:func:`compile_inner`). Inductor's scheduler reorders nodes to lower its own
+estimate of the peak (``reorder_for_peak_memory``, on by default): a reload allocates
+its result and frees nothing, so that pass moves every ``h2d`` down to just before its
+``wait`` (its anchor bounds it from above in the graph, nothing bounds it from below),
+and every ``d2h`` down to just before its ``release``. Each copy then starts when its
+result is needed, and compute waits for all of it: on timm's ViT-B/16 on an H100, 36
+stalls of about 0.5 ms each in one backward (each 27.7 MiB reload issued a few
+microseconds before its use) against a plan that overlapped them
+(``benchmarks/RESULTS.md``, session 12). The planner has already placed every copy,
+release and recomputation and simulated the peak of that order; a graph without
+transfer ops is compiled as Inductor would.
 """
 
 from __future__ import annotations
 
 import logging
 from typing import Any
+
+from passes.nodes import is_transfer
 
 from .runtime import graph_slots, ops
 
@@ -61,3 +76,17 @@ def _install(op, L, V, get_layout_constraint_tag) -> None:
 
     setattr(lower_h2d, _MARK, True)
     L.lowerings[op] = lower_h2d
+
+
+def compile_inner(gm, example_inputs, **kwargs: Any):
+    """Inductor's ``compile_fx_inner`` for one graph of the backend's (forward or
+    backward, compiled inside ``compile_fx``): a graph with transfer ops is compiled
+    without Inductor's peak-memory reordering, so its copies are issued where the plan
+    put them (see the module docstring); any other graph as Inductor would."""
+    from torch._inductor import config
+    from torch._inductor.compile_fx import compile_fx_inner
+
+    if config.reorder_for_peak_memory and any(is_transfer(n) for n in gm.graph.nodes):
+        with config.patch(reorder_for_peak_memory=False):
+            return compile_fx_inner(gm, example_inputs, **kwargs)
+    return compile_fx_inner(gm, example_inputs, **kwargs)
