@@ -7,8 +7,9 @@ one per block, has pinned its host memory and Inductor has compiled the backward
 measures memory on the next call (the allocator's records), time on the one after
 (events), both through ``runtime.measure.source``; at the call after that it compares
 the measurement with the plan's predictions (``planning.replan.disagreements``). A timed
-call during which the host pool allocated (pinning host memory stops the host for a
-while, and the GPU with it) is measured again, ``MAX_REMEASURES`` times at most. Where they disagree beyond the
+call during which the host pool allocated or released a block (pinning host memory
+stops the host for a while, and the GPU with it; giving it back waits for the whole
+device) is measured again, ``MAX_REMEASURES`` times at most. Where they disagree beyond the
 tolerance, or the step went over ``memory_limit``, it plans again from the corrected
 inputs (``planning.replan.corrected``), compiles the graph again with that plan, and
 runs the new one from this call on: a step boundary, since every forward call runs
@@ -76,7 +77,7 @@ class MeasuredGraph:
         self.first: int | None = None  # the call measured for memory; the next for time
         self.warming = False  # a call's backward is watched to end the warm-up
         self.recorders: dict[str, Any] = {}
-        self.disturbed = False  # the host pool allocated during the timed call
+        self.disturbed = False  # the host pool allocated or released during the timed call
         self.done = plan is None or plan.predicted is None
 
     def __call__(self, *args: Any) -> Any:
@@ -104,14 +105,14 @@ class MeasuredGraph:
                 self.first += 1  # measure a training call
             return self.compiled(*args)
         pool = host_pool()
-        allocations = pool.allocations
+        changes = pool.changes
         recorder.probe("fw_start")
         out = self.compiled(*args)
         recorder.probe("fw_end")
 
         def backward_done() -> None:
             recorder.probe("bw_end")
-            if what == "time" and pool.allocations != allocations:
+            if what == "time" and pool.changes != changes:
                 self.disturbed = True
 
         handles = _on_backward(args, out, backward_done, lambda: recorder.probe("bw_start"))
@@ -163,7 +164,7 @@ class MeasuredGraph:
         if disturbed and self.remeasures < MAX_REMEASURES:
             self.remeasures += 1
             self.first = self.calls  # this call and the next, measured again
-            log.info("offload: graph %d: the host pool pinned memory during the timed call; "
+            log.info("offload: graph %d: the host pool pinned or released memory during the timed call; "
                      "measuring again (%d/%d)", self.plan.graph_id, self.remeasures, MAX_REMEASURES)
             return
         if timed is None:

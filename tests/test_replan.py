@@ -247,27 +247,46 @@ def test_per_block_graphs_are_measured_not_replanned(source):
     assert len(fake.asked) == 2 and len(b.plans) == 1 and b.plans[0].measured is not None
 
 
-def test_a_timed_call_during_which_host_memory_was_pinned_is_measured_again(source):
-    """Pinning host memory stops the host, and the GPU waits for it: a timed call during
-    which the host pool allocated a block measures that, not the plan. It is measured
-    again on the next two calls (memory, then time)."""
+@pytest.mark.parametrize("disturbance", ["allocation", "release"])
+def test_a_timed_call_during_which_host_memory_was_pinned_or_released_is_measured_again(source, disturbance):
+    """Pinning host memory stops the host, and the GPU waits for it; giving pinned memory
+    back (the pool trimming its idle blocks) waits for the whole device: a timed call
+    during which the host pool allocated or released a block measures that, not the
+    plan. It is measured again on the next two calls (memory, then time)."""
     b = backend(**OPTIONS, memory_budget=0.5)
     fake = source(_as_predicted(b.plans))
     made, held = fake.recorder, []
+    pool = host_pool()
+
+    def allocate():  # blocks checked out until the pool allocates a new one
+        before = pool.allocations
+        while pool.allocations == before:  # idle blocks of the size go first
+            held.append(pool.acquire(torch.empty(12345, dtype=torch.uint8), pinned=False))
+
+    def idle_block():  # before the timed call: a block checked out and given back
+        host, block = pool.acquire(torch.empty(23456, dtype=torch.uint8), pinned=False)
+        del host, block
+        pool.stats()  # looks at every block: that one is idle now
+
+    def release():  # at the end of the call, idle blocks released past a lowered bound
+        before, bound = pool.stats().released_blocks, pool.max_idle_bytes
+        pool.max_idle_bytes = 0
+        pool.max_idle_bytes = bound
+        assert pool.stats().released_blocks > before
 
     def recorder(device, call, what):
         got = made(device, call, what)
         if (call, what) == (3, "time"):
             probe = got.probe
+            if disturbance == "release":
+                idle_block()
 
-            def allocating(phase):  # blocks checked out until the pool allocates a new one
+            def disturbing(phase):
                 probe(phase)
-                if phase == "fw_start":
-                    before = host_pool().allocations
-                    while host_pool().allocations == before:  # idle blocks of the size go first
-                        held.append(host_pool().acquire(torch.empty(12345, dtype=torch.uint8), pinned=False))
+                if (phase, disturbance) in (("fw_start", "allocation"), ("bw_end", "release")):
+                    (allocate if disturbance == "allocation" else release)()
 
-            got.probe = allocating
+            got.probe = disturbing
         return got
 
     fake.recorder = recorder

@@ -389,6 +389,13 @@ class HostPool:
         """Host blocks allocated so far (a counter: looks at no block)."""
         return self._stats.allocations
 
+    @property
+    def changes(self) -> int:
+        """Host blocks allocated or released so far (a counter: looks at no block). Either
+        can stop a step: pinning stops the host, and giving pinned memory back
+        (``cudaFreeHost``) waits for the whole device."""
+        return self._stats.allocations + self._stats.released_blocks
+
 
 def _pool_from_env() -> HostPool:
     text = os.environ.get(MAX_IDLE_ENV)
