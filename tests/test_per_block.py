@@ -417,6 +417,18 @@ def test_compare_compiles_each_block_on_its_own():
     assert compiled._offload_backend.config.per_block
 
 
+@pytest.mark.parametrize("strategy, note", [("offload:12MiB", "12MiB bounds what each block's call holds"),
+                                            ("offload:0.5", ""), ("offload:auto", "")])
+def test_a_per_block_row_with_a_byte_budget_says_it_bounds_each_call(strategy, note):
+    from offload_compiler.compare.run import Row, setup_strategy
+
+    spec = dict(strategy=strategy, preset="tiny", model=None, device="cpu", dtype="float32",
+                blocks=None, compile="per-block")
+    row = Row(strategy)
+    setup_strategy(spec, row)
+    assert row.note.startswith(note) and bool(row.note) == bool(note)
+
+
 def test_compare_per_block_rows_agree(tmp_path):
     from offload_compiler import compare
 

@@ -345,6 +345,8 @@ def _prepare(name: str, model, spec: dict[str, Any], row: Row, wrap):
             options["memory_limit"] = value
         else:
             options["memory_budget"] = budget_from_text(value)
+            if options["per_block"] and not isinstance(options["memory_budget"], float) and value != "auto":
+                row.note = f"{value} bounds what each block's call holds, not the step"
         if spec["device"].startswith("cpu"):
             options["min_offload_bytes"] = 0
         mode = "reduce-overhead" if base == "offload-cudagraphs" else None
