@@ -2,6 +2,8 @@
 
 import functools
 
+from types import SimpleNamespace
+
 import pytest
 import torch
 from torch.utils.checkpoint import CheckpointPolicy, checkpoint, create_selective_checkpoint_contexts
@@ -104,7 +106,7 @@ def test_auto_searches_realised_partitions_within_its_overhead(monkeypatch):
 
     monkeypatch.setattr(partitioner, "_realise", counted)
     searched = _plan(model, inputs, max_overhead=0.05).predicted
-    assert len(probes) == 1 + partitioner.AUTO_REALISED_STEPS
+    assert 2 <= len(probes) <= 2 + partitioner.AUTO_REALISED_STEPS
     assert probes[0][0] is None and all(b is not None for b, _, _ in probes[1:])
     limit = searched["baseline_step_ms"] * 1.05
     assert searched["step_ms"] <= limit + 1e-9
@@ -306,3 +308,59 @@ def test_copies_slow_memory_bound_ops_not_matmuls(monkeypatch):
     assert mms and not any(fw_slowed[i] for i in mms)
     assert all(s == (not is_extern(n)) for n, s in zip(facts.bw_nodes, bw_slowed))
     assert any(fw_slowed)
+
+
+def _realised(peak: int, step_ms: float):
+    return SimpleNamespace(final=SimpleNamespace(peak_bytes=peak, step_ms=step_ms))
+
+
+def _old_search(first, realise, limit_ms, lo, hi):
+    """``"auto"``'s search on realised partitions before session 12: a plain bisection."""
+    from offload_compiler.planning.solver import bisect_budgets
+    from offload_compiler.planning.search import AUTO_REALISED_STEPS
+
+    best = [first if first.final.step_ms <= limit_ms else None]
+
+    def fits(budget):
+        trial = realise(budget)
+        if trial.final.step_ms > limit_ms:
+            return None
+        if best[0] is None or trial.final.peak_bytes < best[0].final.peak_bytes:
+            best[0] = trial
+        return min(budget, trial.final.peak_bytes)
+
+    bisect_budgets(lo, hi, AUTO_REALISED_STEPS, fits)
+    return best[0]
+
+
+@pytest.mark.parametrize("first_peak, threshold, probes", [
+    (600, 590, 1),   # within; the budget just below is over: the solver's plan stands
+    (600, 350, 5),   # within; much lower budgets are within too: bisect below
+    (400, 410, 1),   # over; the budget just above is within: that one
+    (400, 700, 5),   # over; far above only: bisect above
+])
+def test_auto_probes_next_to_the_solver_plan_first(first_peak, threshold, probes):
+    """The realised step falls as the peak rises (over the limit below ``threshold``
+    bytes). Where the probe next to the solver's plan goes the plan's way, one probe
+    gives the plan the plain bisection ends with; otherwise it bisects."""
+    from offload_compiler.planning.search import AUTO_REALISED_STEPS, _search_realised
+
+    limit_ms, baseline = 10.0, SimpleNamespace(step_ms=10.0 / 1.03, peak_bytes=1000)
+    tried = []
+
+    def realise(budget):
+        tried.append(budget)
+        return _realised(budget, 9.0 if budget >= threshold else 11.0)
+
+    first = _realised(first_peak, 9.0 if first_peak >= threshold else 11.0)
+    gm = torch.fx.GraphModule(torch.nn.Module(), torch.fx.Graph())
+    got = _search_realised(first, realise, baseline, gm, {}, 0.03)
+    assert len(tried) == probes
+    assert got.final.step_ms <= limit_ms
+    lo, hi = (first_peak // 2, first_peak) if first_peak >= threshold else (first_peak, 1000)
+    old = _old_search(first, realise, limit_ms, lo, hi)
+    if probes == 1:
+        assert got.final.peak_bytes == old.final.peak_bytes
+    else:  # the bisection's resolution, as before (its grid moves with the edge probe)
+        assert 0 <= got.final.peak_bytes - threshold <= (hi - lo) / 2 ** AUTO_REALISED_STEPS
+        assert 0 <= old.final.peak_bytes - threshold <= (hi - lo) / 2 ** AUTO_REALISED_STEPS

@@ -263,6 +263,14 @@ def _search_realised(first: _Realised, realise, baseline: SimResult, joint_gm: f
     partition; min-cut often realises it cheaper (a value it recomputes is reused by
     the next), so the solver's choice is the starting point, not the answer. A probe
     that meets the overhead narrows the search downwards, one that misses it upwards.
+
+    The first probe is the budget next to the solver's plan, at the bisection's
+    resolution: the last one its bisection would try if every probe went the way of the
+    solver's plan (all over the limit below a plan within it, all within above a plan
+    over it), which is how the search usually ends. If that probe goes the same way the
+    search stops there, with the plan the bisection would have ended with, at one probe
+    instead of ``AUTO_REALISED_STEPS``; otherwise the bisection runs as before, between
+    it and the other end.
     """
     limit_ms = baseline.step_ms * (1 + max_overhead)
     best = first if first.final.step_ms <= limit_ms else None
@@ -281,7 +289,7 @@ def _search_realised(first: _Realised, realise, baseline: SimResult, joint_gm: f
         trial = realise(budget)
         within = trial.final.step_ms <= limit_ms
         progress.info("offload: graph %d: \"auto\" probe %d/%d: budget %s -> peak %s, step %.2f ms "
-                 "(%s the limit of %.2f ms), %.1f s", graph_id, probe, AUTO_REALISED_STEPS,
+                 "(%s the limit of %.2f ms), %.1f s", graph_id, probe, AUTO_REALISED_STEPS + 1,
                  _mib(budget), _mib(trial.final.peak_bytes), trial.final.step_ms,
                  "within" if within else "over", limit_ms, time.perf_counter() - t0)
         if not within:
@@ -291,11 +299,32 @@ def _search_realised(first: _Realised, realise, baseline: SimResult, joint_gm: f
             best = trial
         return min(budget, trial.final.peak_bytes)
 
-    bisect_budgets(lo, hi, AUTO_REALISED_STEPS, fits)
+    first_within = best is not None
+    edge = _edge_budget(lo, hi, AUTO_REALISED_STEPS, all_miss=first_within)
+    upper = fits(edge)
+    if first_within and upper is not None:  # a lower peak within the limit: search below it
+        bisect_budgets(lo, upper, AUTO_REALISED_STEPS, fits)
+    elif not first_within and upper is None:  # still over: search above it
+        bisect_budgets(edge, hi, AUTO_REALISED_STEPS, fits)
+    else:
+        progress.info("offload: graph %d: \"auto\": %s; no further probes", graph_id,
+                      "the budget just below the plan's peak is over the limit too" if first_within
+                      else "the budget just above the plan's peak is within the limit")
     if best is None:  # nothing moved is always within the overhead
         restore_tags(joint_gm, tags)
         best = realise(baseline.peak_bytes)
     return best
+
+
+def _edge_budget(lo: int, hi: int, steps: int, *, all_miss: bool) -> int:
+    """The last budget :func:`.solver.bisect_budgets` tries between ``lo`` (missed) and
+    ``hi`` (met) when every try misses (``all_miss``: the budgets climb towards ``hi``)
+    or every try meets at the budget it was given (they fall towards ``lo``)."""
+    mid = hi
+    for _ in range(steps):
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if all_miss else (lo, mid)
+    return mid
 
 
 def _simulate(plan: GraphPlan, facts: Facts, baseline: SimResult, lanes: Lanes, cost: NodeCosts,
