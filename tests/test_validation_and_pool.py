@@ -396,3 +396,22 @@ def test_auto_bound_with_changing_sequence_lengths(monkeypatch):
     stats = pool.stats()
     assert stats.released_blocks > 0
     assert stats.in_use_bytes == 0 and stats.reserved_bytes <= stats.peak_in_use_bytes
+
+
+def test_idle_blocks_of_one_size_are_released_least_recently_used_first():
+    """Two idle blocks of one size, the least recently used second in the pool's list:
+    releasing it compared blocks by value (their tensors), which raised "Boolean value
+    of Tensor with more than one value is ambiguous" and left the pool half-updated."""
+    pool = HostPool()
+    like = torch.empty(4096, dtype=torch.uint8)
+    a_host, a = pool.acquire(like, pinned=False)
+    b_host, b = pool.acquire(like, pinned=False)
+    del b_host  # b goes back first: first in the list of idle blocks of its size
+    pool.stats()
+    del a_host
+    pool.stats()
+    a.last_used, b.last_used = 1, 2  # a, second in the list, is the least recently used
+    pool.max_idle_bytes = a.nbytes  # one block past the bound
+    stats = pool.stats()
+    assert stats.released_blocks == 1 and stats.idle_bytes == b.nbytes
+    assert pool.acquire(like, pinned=False)[1] is b

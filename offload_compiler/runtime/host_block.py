@@ -25,7 +25,7 @@ def mib(nbytes: int) -> str:
     return f"{nbytes / 2**20:.1f} MiB"
 
 
-@dataclass
+@dataclass(eq=False)  # one block is one allocation: compared by identity, never by its bytes
 class HostBlock:
     buffer: torch.Tensor
     """Flat ``uint8`` host tensor backing the block."""
