@@ -310,7 +310,6 @@ def test_a_step_still_over_the_memory_limit_after_a_replan_plans_again(source, c
 
     def make(call):
         plan = b.plans[-1]
-        p = plan.predicted
         extra = base // 20 + plan.offloaded_bytes // 3
         return _as_predicted(b.plans, peak_extra=extra)(call)
 
