@@ -6,15 +6,18 @@
         --steps 1 --warmup 0 --out out/zoo
 
 Runs ``offload_compiler.compare`` on each model of ``--models`` (factories in
-``benchmarks/zoo_models.py``: Hugging Face Llama, timm ViT-B/16, torchvision ResNet-50,
-the example GPT), one strategy at a time, each in its own process. Per model the
+``benchmarks/zoo_models.py``: Hugging Face Llama, compiled whole and one decoder layer at
+a time, timm ViT-B/16, torchvision ResNet-50, the example GPT), one strategy at a time,
+each in its own process. Per model the
 default strategies are ``inductor``, ``sac`` and ``full_ac`` (where they apply),
 ``budget:0.5``, ``offload:auto``, ``offload:0.5`` and ``offload:FULL``: this backend
 with ``memory_budget`` = full checkpointing's measured activation memory over
 Inductor's, rounded down to 2 decimals. That fraction bounds the planner's *predicted
 activation peak* (the forward values held for backward), not the measured memory,
 which also holds gradients and temporaries: it asks for full checkpointing's saving,
-and the table shows what it got.
+and the table shows what it got. Models compiled one block at a time (``llama_blocks``)
+leave out ``offload:FULL`` and ``offload-limit:MID``: there a budget bounds each block's
+call, and neither step figure translates into one.
 
 Each model's rows go to ``OUT/<model>/`` (``compare.json``, ``.svg``, ``.txt`` and one
 log per strategy, rewritten after every row) and all of them to ``OUT/zoo.json``. A
@@ -77,10 +80,16 @@ class ZooModel:
     """Packages the factory imports beyond torch, comma-separated."""
     no_sac: str = ""
     """Why ``sac`` is left out of the defaults (empty: it applies)."""
+    compile: str = "whole"
+    """``"whole"``: the model compiled as one; ``"per-block"``: each block compiled on its
+    own (as torchtitan does), every strategy (``compare --compile per-block``)."""
 
     def default_strategies(self) -> list[str]:
         sac = [] if self.no_sac else ["sac"]
-        return ["inductor", *sac, "full_ac", "budget:0.5", "offload:auto", "offload:0.5", FULL, MID]
+        # Per block, a budget bounds each block's call: full checkpointing's step memory
+        # (FULL) and a step memory limit (MID) do not translate into one (yet).
+        derived = [] if self.compile == "per-block" else [FULL, MID]
+        return ["inductor", *sac, "full_ac", "budget:0.5", "offload:auto", "offload:0.5", *derived]
 
     @property
     def reference(self) -> str:
@@ -92,6 +101,9 @@ MODELS = {m.name: m for m in (
     ZooModel("llama", "benchmarks.zoo_models:llama", "bfloat16", "bfloat16", "lm.model.layers",
              "HF LlamaForCausalLM, 8 layers, width 2048, MLP 5632, vocab 32000, SDPA; "
              "batch 4 x 4096 tokens, bf16", needs="transformers"),
+    ZooModel("llama_blocks", "benchmarks.zoo_models:llama", "bfloat16", "bfloat16", "lm.model.layers",
+             "HF LlamaForCausalLM as llama, each decoder layer compiled on its own (as "
+             "torchtitan does) in every strategy", needs="transformers", compile="per-block"),
     ZooModel("vit", "benchmarks.zoo_models:vit", "float32", "bfloat16", "model.blocks",
              "timm vit_base_patch16_224; batch 96 x 3x224x224, bf16 autocast, fp32 weights",
              needs="timm"),
@@ -105,6 +117,9 @@ MODELS = {m.name: m for m in (
              "the example GPT, h100 preset (8 layers, width 2048, batch 4 x 4096 tokens), bf16"),
     ZooModel("tiny_gpt", "benchmarks.zoo_models:tiny_gpt", "float32", "float32", "blocks",
              "the example GPT, tiny preset: a CPU smoke test"),
+    ZooModel("tiny_gpt_blocks", "benchmarks.zoo_models:tiny_gpt", "float32", "float32", "blocks",
+             "the example GPT, tiny preset, each block compiled on its own: a CPU smoke test",
+             compile="per-block"),
 )}
 
 
@@ -197,7 +212,7 @@ def run_row(model: ZooModel, strategy: str, settings: Settings):
     dump = settings.out / model.name / "dump" / strategy.replace(":", "_")
     (row,) = compare(preset=None, model=model.factory, device=settings.device, dtype=model.dtype,
                      steps=settings.steps, warmup=settings.warmup, strategies=[strategy],
-                     blocks=model.blocks, out=settings.out / model.name,
+                     blocks=model.blocks, out=settings.out / model.name, compile_mode=model.compile,
                      timeout_s=settings.timeout_s,
                      offload_options={"dump_dir": str(dump)} if settings.dump else None)
     return row
@@ -229,6 +244,9 @@ def run_zoo(plan: dict[str, list[str]], settings: Settings, *,
             actual = strategy
             if strategy in DERIVED:  # computed from rows already measured
                 try:
+                    if model.compile == "per-block":
+                        raise ValueError("compiled one block at a time, a budget bounds each "
+                                         "block's call: a step figure does not translate into one")
                     actual = DERIVED[strategy](rows)
                 except ValueError as e:
                     say(f"zoo: {name}: {strategy} not run: {e}")

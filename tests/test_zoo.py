@@ -72,7 +72,7 @@ def test_tiny_gpt_runs_two_rows_writes_zoo_json_and_prints_the_table(tmp_path, c
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["--models", "llama,bert"], "unknown model(s) ['bert']; valid models: llama, vit, resnet50, gpt, tiny_gpt"),
+    (["--models", "llama,bert"], "unknown model(s) ['bert']; valid models: llama, llama_blocks, vit, resnet50, gpt, tiny_gpt, tiny_gpt_blocks"),
     (["--models", "gpt", "--strategies", "inductor,magic"], "valid strategies: eager, inductor"),
     (["--models", "gpt", "--strategies", "offload:1.5"], "unknown strategy 'offload:1.5'"),
     (["--models", "gpt", "--strategies", "budget"], "unknown strategy 'budget'"),
@@ -194,3 +194,36 @@ def test_mid_limit_row_runs_with_the_midpoint_of_the_measured_peaks(tmp_path):
     assert "graph 1 (re-planned): measured 100.0 ms / 4.20 GiB (peak in backward), predicted 101.0 ms" in table
     with pytest.raises(ValueError, match="needs a measured inductor row with a peak"):
         zoo.mid_limit([_row("inductor", 1.0)])  # no peak: measured on CPU
+
+
+def test_a_per_block_model_compiles_every_row_one_block_at_a_time(tmp_path, capsys):
+    """``tiny_gpt_blocks`` (as ``llama_blocks``): each row compiles every block on its own,
+    and the step-memory rows, which do not translate into a per-call budget, say so."""
+    assert "offload:FULL" not in zoo.MODELS["llama_blocks"].default_strategies()
+    out = tmp_path / "zoo"
+    rc = zoo.main(["--models", "tiny_gpt_blocks", "--device", "cpu", "--strategies",
+                   "inductor,full_ac,offload:0.5,offload:FULL", "--steps", "1", "--warmup", "0",
+                   "--out", str(out)])
+    printed = capsys.readouterr().out
+    assert rc == 0, printed
+    rows = json.loads((out / "zoo.json").read_text())["models"]["tiny_gpt_blocks"]["rows"]
+    assert [(r["strategy"], r["status"]) for r in rows] == [
+        ("inductor", "ok"), ("full_ac", "ok"), ("offload:0.5", "ok"), ("offload:FULL", "not run")], rows
+    assert "bounds each block's call" in rows[-1]["note"]
+    assert all(r["agrees"] == "yes" for r in rows[:3])
+
+
+def test_run_row_passes_the_models_compile_mode(monkeypatch, tmp_path):
+    import offload_compiler.compare as compare_module
+
+    seen = {}
+
+    def fake_compare(**kwargs):
+        seen.update(kwargs)
+        return [Row(strategy=kwargs["strategies"][0])]
+
+    monkeypatch.setattr(compare_module, "compare", fake_compare)
+    settings = zoo.Settings(device="cpu", steps=1, warmup=0, timeout_s=10, out=tmp_path)
+    for name, mode in (("llama_blocks", "per-block"), ("llama", "whole")):
+        zoo.run_row(zoo.MODELS[name], "inductor", settings)
+        assert seen["compile_mode"] == mode
