@@ -42,7 +42,7 @@ log = logging.getLogger("offload_compiler")
 #: memory and compiles the backward; a graph called once per block runs every call of
 #: that step before its first backward ends).
 WARMUP_BACKWARDS = 1
-#: Times a measurement disturbed by host allocations is taken again.
+#: Times a timed call disturbed by the host pool (a block allocated or released) is measured again.
 MAX_REMEASURES = 3
 #: Re-plans per graph: a measurement that still disagrees after one is reported, not acted on.
 MAX_REPLANS = 1

@@ -103,8 +103,7 @@ def corrected(previous: Corrections, predicted: Any, measured: Any) -> Correctio
     """New planner inputs: ``previous`` corrected by how ``measured`` differs from
     ``predicted`` (made with ``previous``)."""
     changes: dict[str, Any] = {"measured_call": measured.call}
-    fw_compute = measured.fw_ms - getattr(measured, "fw_stall_ms", 0.0)
-    bw_compute = measured.bw_ms - (measured.stall_ms - getattr(measured, "fw_stall_ms", 0.0))
+    fw_compute, bw_compute = measured.fw_compute_ms, measured.bw_compute_ms
     if predicted.fw_compute_ms > 0 and fw_compute > 0:
         changes["fw_scale"] = previous.fw_scale * fw_compute / predicted.fw_compute_ms
     if predicted.bw_compute_ms > 0 and bw_compute > 0:

@@ -175,12 +175,11 @@ class GraphPlan:
         m, p = self.measured, self.predicted
         if m is None or p is None:
             return ""
-        fw_stall = getattr(m, "fw_stall_ms", 0.0)
         parts = [f"step {m.step_ms:.2f} ms measured vs {p.step_ms:.2f} ms predicted "
                  f"({_signed(p.step_ms / m.step_ms - 1) if m.step_ms else 'n/a'}): "
-                 f"forward compute {m.fw_ms - fw_stall:.2f} vs {p.fw_compute_ms:.2f} ms, "
-                 f"backward compute {m.bw_ms - (m.stall_ms - fw_stall):.2f} vs {p.bw_compute_ms:.2f} ms, "
-                 f"stalls {m.stall_ms:.2f} ms (forward {fw_stall:.2f}) vs {p.stall_ms:.2f} ms"]
+                 f"forward compute {m.fw_compute_ms:.2f} vs {p.fw_compute_ms:.2f} ms, "
+                 f"backward compute {m.bw_compute_ms:.2f} vs {p.bw_compute_ms:.2f} ms, "
+                 f"stalls {m.stall_ms:.2f} ms (forward {m.fw_stall_ms:.2f}) vs {p.stall_ms:.2f} ms"]
         for way in ("d2h", "h2d"):  # the copies' bandwidth against the one planned with
             gbps, planned = getattr(m, f"{way}_gbps", None), self.hardware.get(f"{way}_gbps")
             if gbps:

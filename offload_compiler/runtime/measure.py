@@ -79,6 +79,16 @@ class Measured:
         return self.fw_ms + self.bw_ms
 
     @property
+    def fw_compute_ms(self) -> float:
+        """The forward less the time it waited for copies."""
+        return self.fw_ms - self.fw_stall_ms
+
+    @property
+    def bw_compute_ms(self) -> float:
+        """The backward less the time it waited for copies."""
+        return self.bw_ms - (self.stall_ms - self.fw_stall_ms)
+
+    @property
     def d2h_gbps(self) -> float | None:
         return self.d2h_bytes / self.d2h_ms / 1e6 if self.d2h_ms > 0 else None
 
