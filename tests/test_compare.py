@@ -55,3 +55,52 @@ def test_offload_options_reach_the_offload_rows_and_bad_ones_fail_early(tmp_path
     # So does the hardware profile they were costed with (CPU runs: the fixed one).
     assert row.extra["hardware"]["name"] == "cpu-fixed"
     assert row.extra["hardware"]["d2h_gbps"] == 10.0
+
+
+_ENV_PROBE = '''
+import json, os, sys
+from offload_compiler.models.gpt import PRESETS, GPT, make_batch
+
+
+def make():
+    with open(os.environ["PROBE_FILE"], "a") as f:
+        f.write(json.dumps({k: os.environ.get(k) for k in
+                            ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR",
+                             "OFFLOAD_COMPILER_PLAN_CACHE")}) + "\\n")
+    cfg = PRESETS["tiny"]
+    return GPT(cfg), make_batch(cfg)
+'''
+
+
+def test_each_row_compiles_with_cold_caches_unless_told_warm(tmp_path, monkeypatch):
+    """The first-step column is a first compile: each row's process has an Inductor cache
+    folder of its own, Triton's under it, no plan cache; ``caches="warm"`` passes the
+    environment's caches through. Rows report the first step's compile phases."""
+    import os
+
+    import pytest
+
+    (tmp_path / "envprobe.py").write_text(_ENV_PROBE)
+    probe = tmp_path / "seen.jsonl"
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    monkeypatch.setenv("PROBE_FILE", str(probe))
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "mine"))
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "mine_triton"))
+    monkeypatch.delenv("OFFLOAD_COMPILER_PLAN_CACHE", raising=False)
+    with pytest.raises(ValueError, match="'cold', 'warm'"):
+        compare.compare(strategies=["inductor"], caches="hot")
+    rows = compare.compare(preset=None, model="envprobe:make", device="cpu", steps=1, warmup=0,
+                           strategies=["inductor", "offload:0.5"])
+    assert [r.status for r in rows] == ["ok", "ok"], [r.note for r in rows]
+    seen = [json.loads(line) for line in probe.read_text().splitlines()]
+    folders = [s["TORCHINDUCTOR_CACHE_DIR"] for s in seen]
+    assert len(set(folders)) == 2 and str(tmp_path / "mine") not in folders
+    assert all(s["TRITON_CACHE_DIR"] is None and s["OFFLOAD_COMPILER_PLAN_CACHE"] == "0" for s in seen)
+    assert not any(os.path.exists(f) for f in folders)  # removed after each row
+    phases = rows[1].extra["first_step_s_by_phase"]
+    assert phases["OffloadPartitioner"] > 0 and phases["compile_fx_inner"] > 0
+    from offload_compiler.compare import harness
+
+    with harness._worker_env("warm") as env:
+        assert env == dict(os.environ)

@@ -11,7 +11,7 @@ import math
 import sys
 from typing import Any
 
-from .harness import check_strategy, compare, table
+from .harness import CACHES, check_strategy, compare, table
 from .distributed import KINDS
 from .run import COMPILE_MODES, DTYPES, STRATEGY_HELP, Row, fraction
 
@@ -154,6 +154,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="run each strategy under DDP or FSDP2 on --nproc processes (rank 0 reports)")
     p.add_argument("--nproc", type=_arg_type(_count(1)), default=2,
                    help="processes with --distributed (one GPU each)")
+    p.add_argument("--caches", default="cold", choices=CACHES,
+                   help="cold: each row compiles with an empty Inductor cache and no plan cache, so "
+                        "the first-step column is a first compile; warm: the caches as they are")
 
 
 def exit_code(rows: list[Row]) -> int:
@@ -174,7 +177,7 @@ def main_compare(args: argparse.Namespace) -> int:
                    dtype=dtype, steps=args.steps, warmup=args.warmup, budgets=args.budgets,
                    strategies=args.strategies, blocks=args.blocks, out=args.out, timeout_s=args.timeout,
                    offload_options=args.offload_options, compile_mode=args.compile,
-                   distributed=args.distributed, nproc=args.nproc)
+                   distributed=args.distributed, nproc=args.nproc, caches=args.caches)
     print(table(rows))
     code = exit_code(rows)
     if code == EXIT_DISAGREE:

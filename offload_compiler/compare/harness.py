@@ -16,7 +16,8 @@ out-of-memory ends only its row.
 
 For each: median step time (compilation and warm-up excluded, synchronised), peak
 memory, activation memory (peak minus the memory held before forward), tokens (or
-samples) per second, compile time (first step), and the first step's loss and gradient
+samples) per second, compile time (first step; by default with cold caches, each row's
+Inductor cache empty and the plan cache off), and the first step's loss and gradient
 norm, which every strategy must agree on (a disagreement is flagged).
 
     python -m offload_compiler compare --device cuda --compile per-block --distributed fsdp2 --nproc 2
@@ -29,13 +30,16 @@ each strategy on N processes (``distributed.py``); rank 0 reports, memory per ra
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
 import os
 import subprocess
 import sys
+import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -43,11 +47,14 @@ from typing import Any
 from ..reporting import plots
 from .._version import SCHEMA_VERSION
 from ..config import OffloadConfig, budget_from_text
+from ..planning.cache import ENV_SWITCH as PLAN_CACHE_SWITCH
 from .distributed import KINDS
 from .run import COMPILE_MODES, DTYPES, STRATEGY_HELP, Row, fraction
 
 log = logging.getLogger(__name__)
 
+#: ``caches=``: each row's first step with empty compile caches, or with the caches as they are.
+CACHES = ("cold", "warm")
 #: Strategies without an argument; ``budget:B`` and ``offload:B`` take one.
 PLAIN_STRATEGIES = ("eager", "inductor", "inductor-cudagraphs", "full_ac", "sac", "torch_offload")
 
@@ -88,9 +95,16 @@ def compare(*, preset: str | None = "tiny", model: str | None = None, device: st
             budgets: tuple[float, ...] = (0.5, 0.2), strategies: list[str] | None = None,
             blocks: str | None = None, out: str | Path | None = None,
             timeout_s: float = 1800, offload_options: dict[str, Any] | None = None,
-            compile_mode: str = "whole", distributed: str | None = None, nproc: int = 2) -> list[Row]:
+            compile_mode: str = "whole", distributed: str | None = None, nproc: int = 2,
+            caches: str = "cold") -> list[Row]:
     """Run every strategy in its own process; returns the rows (also written to ``out``,
     rewritten after each row).
+
+    ``caches``: ``"cold"`` (default) runs each row with an empty Inductor cache (its FX
+    graph, AOTAutograd and Triton caches in a fresh folder) and without the plan cache, so
+    each row's first step is a first compile and no row gains from kernels an earlier row
+    compiled; ``"warm"`` leaves the caches as the environment has them. The GPU's hardware
+    profile (calibrated once per GPU) is read from its cache either way.
 
     ``offload_options`` are extra ``OffloadConfig`` options for the ``offload:*``
     strategies (``memory_budget`` and ``devices`` come from the strategy name).
@@ -111,6 +125,8 @@ def compare(*, preset: str | None = "tiny", model: str | None = None, device: st
         except ValueError as error:
             raise ValueError(f"budgets: {error}") from None
     _check_parallel(compile_mode, distributed, nproc)
+    if caches not in CACHES:
+        raise ValueError(f"caches={caches!r} is not valid; choose one of {CACHES}")
     rows = []
     names = strategies_for(strategies, list(budgets))
     for i, name in enumerate(names, 1):
@@ -119,7 +135,8 @@ def compare(*, preset: str | None = "tiny", model: str | None = None, device: st
                     compile=compile_mode, distributed=distributed, nproc=nproc, timeout_s=timeout_s)
         log.info("compare: [%d/%d] %s: started", i, len(names), name)
         t0 = time.perf_counter()
-        rows.append(_run_in_subprocess(spec, timeout_s, Path(out) if out is not None else None))
+        with _worker_env(caches) as env:
+            rows.append(_run_in_subprocess(spec, timeout_s, Path(out) if out is not None else None, env))
         row = rows[-1]
         log.info("compare: [%d/%d] %s: %s in %.1f s%s", i, len(names), name, row.status,
                  time.perf_counter() - t0, f" ({row.note})" if row.status != "ok" and row.note else "")
@@ -138,9 +155,25 @@ def _check_parallel(compile_mode: str, distributed: str | None, nproc: int) -> N
         raise ValueError(f"nproc={nproc!r} is not valid; give a positive number of processes")
 
 
-def _run_in_subprocess(spec: dict[str, Any], timeout_s: float, out: Path | None = None) -> Row:
-    cmd = [sys.executable, "-m", "offload_compiler.compare", "--worker", json.dumps(spec)]
+@contextlib.contextmanager
+def _worker_env(caches: str) -> Iterator[dict[str, str]]:
+    """The environment of one row's process: with ``caches="cold"``, Inductor's caches in
+    a fresh folder (removed after the row) and the plan cache off."""
     env = dict(os.environ)
+    if caches == "warm":
+        yield env
+        return
+    with tempfile.TemporaryDirectory(prefix="offload-compare-cache-") as folder:
+        env["TORCHINDUCTOR_CACHE_DIR"] = folder  # the FX graph and AOTAutograd caches
+        env.pop("TRITON_CACHE_DIR", None)  # then Triton's cache is under it, as Inductor puts it
+        env[PLAN_CACHE_SWITCH] = "0"
+        yield env
+
+
+def _run_in_subprocess(spec: dict[str, Any], timeout_s: float, out: Path | None = None,
+                       env: dict[str, str] | None = None) -> Row:
+    cmd = [sys.executable, "-m", "offload_compiler.compare", "--worker", json.dumps(spec)]
+    env = dict(os.environ if env is None else env)
     root = str(Path(__file__).resolve().parents[2])
     env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
     try:

@@ -36,6 +36,18 @@ DTYPES = ("float32", "bfloat16", "float16")
 COMPILE_MODES = ("whole", "per-block")
 
 
+def compile_phases(least_s: float = 0.05) -> dict[str, float]:
+    """Seconds of the compile so far by phase, as torch's ``dynamo_timed`` records them
+    (``torch._dynamo.utils.compile_times``: Dynamo's trace, AOTAutograd, the partitioner,
+    Inductor's lowering, code generation and waits for kernels), summed over the graphs;
+    phases nest, so they do not add up. Phases under ``least_s`` are left out."""
+    from torch._dynamo.utils import compilation_time_metrics
+
+    summed = {name: sum(times) for name, times in compilation_time_metrics.items()}
+    return {name: round(t, 2) for name, t in sorted(summed.items(), key=lambda kv: -kv[1])
+            if t >= least_s}
+
+
 def fraction(text: str | float) -> float:
     """A budget that must be a fraction (``--budgets``, ``budget:B``): a float in (0, 1],
     under ``memory_budget``'s rules (``"1"`` or ``1`` refused: write ``1.0``)."""
@@ -246,6 +258,7 @@ def run_strategy(spec: dict[str, Any]) -> Row:
         loss = step()
         sync()
         row.compile_s = time.perf_counter() - t0
+        row.extra["first_step_s_by_phase"] = compile_phases()
         row.loss = float(loss)
         del loss  # under CUDA graphs, an output kept would pin the first step's memory
         if spec.get("distributed"):
