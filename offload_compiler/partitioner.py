@@ -196,6 +196,36 @@ class OffloadPartitioner(CustomPartitionerFn):
         slots = "-slots" if self.graph_slots else ""
         return f"offload-{cache.source_hash()}-{self.config.fingerprint()}-{corrections}{slots}"
 
+    # Inductor deep-copies its config (``save_config_portable``) and pickles the copy into
+    # the key of its FX graph cache, for the forward and again for the backward; this
+    # partitioner is in that config. Copied and pickled as it is, that took along
+    # everything it reaches: ``on_plan``, the backend's plans, their graph modules
+    # (each pickle recompiles a GraphModule's code) and timelines. On the example GPT's
+    # ``h100`` preset on an H100 that was 1.7 s per key (under a profiler), and it grows
+    # with every graph the backend has planned. What the key needs of it is its
+    # identity, :meth:`uuid`.
+    def __deepcopy__(self, memo: dict) -> OffloadPartitioner:
+        return self
+
+    def __reduce__(self) -> tuple[Any, tuple[str]]:
+        return _PickledPartitioner, (self.uuid(),)
+
+
+class _PickledPartitioner(CustomPartitionerFn):
+    """What a pickled :class:`OffloadPartitioner` becomes: its :meth:`uuid`, enough for a
+    cache key; it cannot partition (the planner's state stays in the process that
+    compiled)."""
+
+    def __init__(self, uuid: str) -> None:
+        self._uuid = uuid
+
+    def uuid(self) -> str:
+        return self._uuid
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("an offload partitioner rebuilt from a pickle cannot partition: "
+                           "compile in the process that created it")
+
 
 def _partition(joint_gm: fx.GraphModule, joint_inputs, kwargs) -> tuple[fx.GraphModule, fx.GraphModule]:
     """Min-cut's partition, with backward's matmuls kept where they are

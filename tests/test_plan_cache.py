@@ -149,3 +149,30 @@ def test_a_second_process_with_inductors_cache_warm_reports_the_same_plan_and_du
     (folder,) = (tmp_path / "dumps").glob("graph_*")
     assert json.loads((folder / "plan.json").read_text())["decisions"] == cold[0]["decisions"]
     assert (folder / "summary.txt").exists() and list(folder.glob("forward.*_scheduled.py"))
+
+
+def test_inductors_cache_key_holds_the_partitioners_identity_not_its_plans():
+    """Inductor deep-copies its config and pickles it into its FX graph cache key, the
+    partitioner in it: a copy is the partitioner itself, a pickle is its uuid, whatever
+    plans and graphs it reaches (these made every key cost seconds on large graphs)."""
+    import copy
+    import pickle
+
+    from offload_compiler.config import OffloadConfig
+    from offload_compiler.partitioner import OffloadPartitioner
+
+    held = [torch.fx.symbolic_trace(torch.nn.Sequential(*[torch.nn.Linear(4, 4) for _ in range(50)]))]
+    held.append(bytearray(10 * 2**20))
+    p = OffloadPartitioner(OffloadConfig.from_options({}), on_plan=held.append)
+    p.seconds, p.called = 3.5, True  # state that changes as it works: not in the key
+    assert copy.deepcopy({"custom_partitioner_fn": p})["custom_partitioner_fn"] is p
+    data = pickle.dumps(p)
+    assert len(data) < 1000, len(data)
+    q = OffloadPartitioner(OffloadConfig.from_options({}))
+    assert pickle.dumps(q) == data  # equal identities, equal keys
+    rebuilt = pickle.loads(data)
+    assert rebuilt.uuid() == p.uuid()
+    with pytest.raises(RuntimeError, match="rebuilt from a pickle cannot partition"):
+        rebuilt(None, [], num_fwd_outputs=1)
+    other = OffloadPartitioner(OffloadConfig.from_options({"memory_budget": 0.3}))
+    assert pickle.dumps(other) != data
