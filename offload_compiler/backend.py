@@ -144,12 +144,12 @@ class OffloadBackend:
         device = _offload_device(example_inputs, config)
         corrections = limits.initial(config, device)
         compiled, plan = self._compile_planned(gm, example_inputs, config, planned_at, corrections,
-                                               patches, slots)
+                                               patches, slots, device)
         if not config.replan or config.policy == "none" or device is None or slots:
             return compiled
 
         def recompile(new: Corrections, args: list) -> tuple[Callable[..., Any], GraphPlan | None]:
-            return self._compile_planned(gm, args, config, planned_at, new, patches, slots)
+            return self._compile_planned(gm, args, config, planned_at, new, patches, slots, device)
 
         # Measured only: "all" (nothing to choose), and per_block (a block's calls overlap
         # their neighbours', which its measurement does not separate yet).
@@ -159,9 +159,9 @@ class OffloadBackend:
         return measured
 
     def _compile_planned(self, gm, example_inputs, config: OffloadConfig, planned_at,
-                         corrections: Corrections, patches: dict[str, Any],
-                         slots: bool) -> tuple[Callable[..., Any], GraphPlan | None]:
-        made = _Collect(self.plans)
+                         corrections: Corrections, patches: dict[str, Any], slots: bool,
+                         device: torch.device | None) -> tuple[Callable[..., Any], GraphPlan | None]:
+        made = _Collect(self.plans, device)
         partitioner = OffloadPartitioner(
             config, on_plan=made, corrections=corrections, graph_slots=slots,
             cache_key=cache.key_for(gm, example_inputs, config, planned_at, corrections))
@@ -364,13 +364,17 @@ def register() -> None:
 
 
 class _Collect:
-    """``on_plan`` of one compile: keeps its plans and adds them to the backend's. A class,
-    not a closure: Inductor pickles the partitioner with its state for its cache key."""
+    """``on_plan`` of one compile: keeps its plans and adds them to the backend's, and on a
+    CUDA ``device`` has the host pool pin the blocks one call of the plan checks out while
+    Inductor compiles the graphs (``runtime/prefill.py``), not in the first step."""
 
-    def __init__(self, into: list[GraphPlan]) -> None:
+    def __init__(self, into: list[GraphPlan], device: torch.device | None = None) -> None:
         self.into = into
         self.plans: list[GraphPlan] = []
+        self.device = device
 
     def __call__(self, plan: GraphPlan) -> None:
         self.into.append(plan)
         self.plans.append(plan)
+        if self.device is not None and self.device.type == "cuda" and plan.offloaded:
+            host_pool().prefill([d.nbytes for d in plan.offloaded], pinned=True)

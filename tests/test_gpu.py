@@ -154,6 +154,28 @@ def test_memory_flat_over_1000_steps_and_no_pinned_allocation_after_warmup():
         assert block.buffer.is_pinned()
 
 
+def test_the_first_step_pins_nothing_on_its_path():
+    """The plan's host blocks are pinned while the graph compiles (``runtime/prefill.py``):
+    the first step's copies take prefilled blocks and pin none themselves."""
+    from offload_compiler.runtime import empty_host_pool
+
+    empty_host_pool()
+    before = host_pool().stats()
+    b = _eager("all")
+    model = copy.deepcopy(_model())
+    compiled = torch.compile(model, backend=b)
+    idx, tgt = make_batch(CFG, "cuda")
+    compiled(idx, tgt).backward()
+    torch.cuda.synchronize()
+    stats = host_pool().stats()
+    offloaded = [d for p in b.plans for d in p.offloaded]
+    prefilled = stats.prefilled_blocks - before.prefilled_blocks
+    print(f"first step: {len(offloaded)} offloaded tensors, {prefilled} blocks prefilled, "
+          f"{stats.allocations - before.allocations} allocated")
+    assert offloaded and prefilled > 0
+    assert stats.allocations - before.allocations == prefilled, "a block was pinned in the step"
+
+
 def test_pinned_failure_keeps_tensor_on_gpu_and_gradients_right():
     model = _model()
     ref = _steps(model, _eager("none"), 2)

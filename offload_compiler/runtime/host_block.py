@@ -59,6 +59,14 @@ class HostBlock:
         return self.buffer[:nbytes].view(like.dtype).as_strided(like.size(), like.stride())
 
 
+def new_block(buffer: torch.Tensor, pinned: bool) -> HostBlock:
+    """The block of a freshly allocated flat ``uint8`` host tensor, only the pool holding it."""
+    storage = buffer.untyped_storage()
+    block = HostBlock(buffer=buffer, pinned=pinned, storage=storage, idle_uses=0)
+    block.idle_uses = torch._C._storage_Use_Count(storage._cdata)
+    return block
+
+
 def _default_allocator(nbytes: int, pinned: bool) -> torch.Tensor:
     return torch.empty(nbytes, dtype=torch.uint8, pin_memory=pinned)
 
@@ -77,6 +85,8 @@ def _unpin_cached() -> None:
 class PoolStats:
     allocations: int = 0
     """Host blocks allocated (pinned ones when running on a GPU)."""
+    prefilled_blocks: int = 0
+    """Of those, blocks allocated ahead of a plan's first call, while it compiled (``prefill.py``)."""
     reserved_bytes: int = 0
     """Bytes of all blocks the pool holds, checked out or idle."""
     in_use_bytes: int = 0

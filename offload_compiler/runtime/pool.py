@@ -20,7 +20,7 @@ Memory goes back (a block is *released*: pinned memory unpinned, host memory fre
 
 - past a bound on idle bytes, ``max_idle_bytes``, least recently used first, when the
   pool notices blocks idle. ``"auto"`` (default): the most bytes checked out at once
-  (to within 1/16), at least 64 MiB; a step takes its own blocks again, so unchanging
+  (to within 1/16) or asked for by one prefill, at least 64 MiB; a step takes its own blocks again, so unchanging
   shapes release and pin nothing, changing shapes lose blocks of shapes no longer
   used. Set with ``$OFFLOAD_COMPILER_HOST_POOL_MAX_IDLE`` (``"auto"``, bytes,
   ``"256MiB"``), read at import, or ``host_pool().max_idle_bytes = ...``; below one
@@ -58,7 +58,8 @@ from typing import Any, Callable, Sequence
 import torch
 
 from ..config import parse_nbytes
-from .host_block import HostBlock, PoolStats, _default_allocator, _unpin_cached, block_nbytes, mib
+from .host_block import HostBlock, PoolStats, _default_allocator, _unpin_cached, block_nbytes, mib, new_block
+from .prefill import Prefilling
 
 __all__ = ["HostBlock", "HostPool", "PoolStats", "block_nbytes", "empty_host_pool", "host_pool", "mib"]
 
@@ -81,8 +82,9 @@ def _check_max_idle(value: Any) -> int | None:
     return None if value is None else int(value)
 
 
-class HostPool:
-    """Pool of host blocks; one per process (see :func:`host_pool`)."""
+class HostPool(Prefilling):
+    """Pool of host blocks; one per process (see :func:`host_pool`). :meth:`prefill`
+    (``prefill.py``) pins a plan's blocks ahead of its first call."""
 
     def __init__(self, limit_bytes: int | None = None, max_idle_bytes: int | str | None = None) -> None:
         self._lock = threading.Lock()
@@ -116,6 +118,7 @@ class HostPool:
         """
         nbytes = like.numel() * like.element_size()
         size = block_nbytes(nbytes)
+        self._wait_prefill()
         with self._lock:
             self._stats.acquires += 1
             if self._had_graphs and not self._graphs:  # a graph thought gone runs again
@@ -142,6 +145,7 @@ class HostPool:
         events are dropped: the caller orders its own copies (a capture starts after a
         device synchronize)."""
         size = block_nbytes(like.numel() * like.element_size())
+        self._wait_prefill()
         with self._lock:
             block = self._take_free(size, pinned)
             if block is None:
@@ -231,9 +235,7 @@ class HostPool:
         except RuntimeError as err:  # pinning failed: out of page-locked memory
             self._fail(f"host allocation of {mib(size)} failed: {err}")
             return None
-        storage = buffer.untyped_storage()
-        block = HostBlock(buffer=buffer, pinned=pinned, storage=storage, idle_uses=0)
-        block.idle_uses = torch._C._storage_Use_Count(storage._cdata)
+        block = new_block(buffer, pinned)
         self._by_ptr[buffer.data_ptr()] = block
         self._stats.allocations += 1
         self._stats.reserved_bytes += size
@@ -268,7 +270,7 @@ class HostPool:
             if self._graphs_fixed:  # a recording takes what its warm-up used: keep that
                 return max(self._max_idle, self._stats.peak_in_use_bytes)
             return self._max_idle
-        return max(AUTO_MIN_IDLE_BYTES, self._stats.peak_in_use_bytes)
+        return max(AUTO_MIN_IDLE_BYTES, self._stats.peak_in_use_bytes, self._prefill_bytes)
 
     def _trim(self) -> None:
         """Release idle blocks past the bound, least recently used first."""
@@ -277,7 +279,7 @@ class HostPool:
             return
         nbytes = self._release_idle(self._stats.idle_bytes - bound, wait=gone)
         if gone:
-            self._stats.peak_in_use_bytes = self._verified_in_use = 0
+            self._stats.peak_in_use_bytes = self._verified_in_use = self._prefill_bytes = 0
             log.info("offload: host pool released %s of idle blocks: no compiled graph "
                      "using it is alive (%s still checked out)", mib(nbytes), mib(self._stats.in_use_bytes))
         elif self._max_idle is not None and bound < self._stats.peak_in_use_bytes and not self._said_bound:
