@@ -116,6 +116,8 @@ class OffloadBackend:
         mode = self.mode if mode is None else mode
         patches = mode_options(mode)
         config = self.config if options is None else OffloadConfig.from_options(options)
+        if config.inner_compiler == "inductor":
+            _warm_compile_workers()
         _warn_if_nothing_offloadable(gm, example_inputs, config)
         _check_mode(mode, config)
         patches = _cudagraph_patches(gm, example_inputs, config, patches)
@@ -207,6 +209,19 @@ class OffloadBackend:
             fw_compiler=run_fx, bw_compiler=run_fx, partition_fn=partitioner,
             keep_inference_input_mutations=True,
         )(gm, example_inputs), example_inputs)
+
+
+def _warm_compile_workers() -> None:
+    """Start Inductor's kernel-compiling subprocesses now, as Inductor's own backend does
+    on entry (``torch/_dynamo/backends/inductor.py``): they start up while AOTAutograd
+    traces and the planner plans, instead of when the forward's first kernel is handed
+    to them. Without it the forward's compile waited for them: 1.3 s longer on the
+    example GPT's ``h100`` preset on an H100 (``benchmarks/RESULTS.md``, session 13)."""
+    try:
+        from torch._inductor.async_compile import maybe_warm_pool
+    except ImportError:  # pragma: no cover - a torch without it
+        return
+    maybe_warm_pool()
 
 
 def _offload_device(example_inputs: Sequence[Any], config: OffloadConfig) -> torch.device | None:

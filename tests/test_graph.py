@@ -348,3 +348,26 @@ def test_the_backend_compiles_through_the_order_keeping_inner_compile(monkeypatc
     assert n > 0
     assert seen == [{"d2h": n, "release": n, "h2d": 0, "wait": 0},
                     {"d2h": 0, "release": 0, "h2d": n, "wait": n}]
+
+
+def test_inductors_compile_workers_start_before_the_planner(monkeypatch):
+    """As Inductor's own backend, the backend starts Inductor's compile subprocesses on
+    entry, before the partitioner plans (they warm up meanwhile); the eager inner
+    compiler compiles no kernel and starts none."""
+    import torch._inductor.async_compile as async_compile
+
+    from offload_compiler import partitioner
+
+    order = []
+    monkeypatch.setattr(async_compile, "maybe_warm_pool", lambda: order.append("warm"))
+    real = partitioner.OffloadPartitioner.__call__
+    monkeypatch.setattr(partitioner.OffloadPartitioner, "__call__",
+                        lambda self, *a, **k: order.append("partition") or real(self, *a, **k))
+    torch.compile(NormGeluMLP(), backend=backend(**loopback(memory_budget=0.5)))(
+        torch.randn(8, 32)).sum().backward()
+    assert order == ["warm", "partition"]
+    order.clear()
+    torch._dynamo.reset()
+    torch.compile(NormGeluMLP(), backend=backend(**loopback(memory_budget=0.5), inner_compiler="eager"))(
+        torch.randn(8, 32)).sum().backward()
+    assert order == ["partition"]
