@@ -23,8 +23,8 @@ Each model's rows go to ``OUT/<model>/`` (``compare.json``, ``.svg``, ``.txt`` a
 log per strategy, rewritten after every row) and all of them to ``OUT/zoo.json``. A
 line is printed as each row starts, and one table per model at the end: step ratio to
 Inductor, activation GiB and its ratio to SAC's (Inductor's where SAC does not apply),
-compile seconds (the first step) and whether loss and gradient norm agree with the
-first row. ``--budget-seconds`` stops starting rows once that much time has passed
+compile seconds (the first step, with cold caches unless ``--caches warm``: see
+``compare``) and whether loss and gradient norm agree with the first row. ``--budget-seconds`` stops starting rows once that much time has passed
 (a lent GPU gives 10 minutes per command) and lists the rows not run.
 
 ``--list`` imports no torch: it runs where transformers, timm and torchvision are not
@@ -203,6 +203,8 @@ class Settings:
     budget_s: float | None = None
     dump: bool = False
     """Offload rows dump their graphs, plans and measurements under ``OUT/<model>/dump/``."""
+    caches: str = "cold"
+    """``compare``'s ``caches``: each row's first step with empty compile caches, or warm."""
 
 
 def run_row(model: ZooModel, strategy: str, settings: Settings):
@@ -213,7 +215,7 @@ def run_row(model: ZooModel, strategy: str, settings: Settings):
     (row,) = compare(preset=None, model=model.factory, device=settings.device, dtype=model.dtype,
                      steps=settings.steps, warmup=settings.warmup, strategies=[strategy],
                      blocks=model.blocks, out=settings.out / model.name, compile_mode=model.compile,
-                     timeout_s=settings.timeout_s,
+                     timeout_s=settings.timeout_s, caches=settings.caches,
                      offload_options={"dump_dir": str(dump)} if settings.dump else None)
     return row
 
@@ -410,6 +412,9 @@ def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, dict[str, li
                    help="offload rows dump graphs, plans and measurements (measured.json, "
                         "timeline.json) under OUT/<model>/dump/<strategy>/; writing them adds "
                         "to the first step's time")
+    p.add_argument("--caches", default="cold", choices=("cold", "warm"),  # compare's CACHES (no torch import here)
+                   help="cold: each row compiles with empty Inductor caches and no plan cache "
+                        "(the first-step column is a first compile); warm: the caches as they are")
     args = p.parse_args(argv)
     if args.list:
         return args, {}
@@ -442,7 +447,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     settings = Settings(device=args.device, steps=args.steps, warmup=args.warmup,
                         timeout_s=args.timeout, out=Path(args.out), budget_s=args.budget_seconds,
-                        dump=args.dump)
+                        dump=args.dump, caches=args.caches)
     settings.out.mkdir(parents=True, exist_ok=True)
     results = run_zoo(plan, settings)
     for name, rows in results.items():

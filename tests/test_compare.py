@@ -6,7 +6,7 @@ from offload_compiler import compare
 
 
 def test_compare_smoke_writes_table_json_and_plot(tmp_path):
-    rows = compare.compare(preset="tiny", device="cpu", steps=1, warmup=0, budgets=(0.5,),
+    rows = compare.compare(preset="tiny", device="cpu", steps=1, warmup=0, budgets=(0.5,), caches="warm",
                            out=tmp_path)
     names = [r.strategy for r in rows]
     assert names == ["eager", "inductor", "full_ac", "sac", "budget:0.5", "torch_offload",
@@ -44,7 +44,7 @@ def test_offload_options_reach_the_offload_rows_and_bad_ones_fail_early(tmp_path
         compare.compare(strategies=["offload:auto"], offload_options={"copy_margin": 2})
     with pytest.raises(ValueError, match="strategy name sets them"):
         compare.compare(strategies=["offload:auto"], offload_options={"memory_budget": 0.5})
-    (row,) = compare.compare(preset="tiny", device="cpu", steps=1, warmup=0,
+    (row,) = compare.compare(preset="tiny", device="cpu", steps=1, warmup=0, caches="warm",
                              strategies=["offload:0.5"], out=tmp_path,
                              offload_options={"dump_dir": str(tmp_path / "dump")})
     assert row.status == "ok", row.note

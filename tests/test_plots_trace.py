@@ -385,7 +385,7 @@ def test_dump_and_compare_go_on_without_matplotlib_warning_once(no_matplotlib, t
 def test_compare_on_cuda_draws_the_pareto_plot_from_measured_memory(tmp_path):
     from offload_compiler import compare
 
-    rows = compare.compare(preset="tiny", device="cuda", steps=1, warmup=0,
+    rows = compare.compare(preset="tiny", device="cuda", steps=1, warmup=0, caches="warm",
                            strategies=["inductor", "full_ac", "offload:0.5"], out=tmp_path)
     ok = [r for r in rows if r.status == "ok"]
     assert len(ok) == 3 and all(r.activation_gib is not None for r in ok), [(r.strategy, r.note) for r in rows]

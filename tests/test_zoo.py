@@ -48,7 +48,8 @@ def test_list_names_models_and_strategies_without_importing_torch():
 def test_tiny_gpt_runs_two_rows_writes_zoo_json_and_prints_the_table(tmp_path, capsys):
     out = tmp_path / "zoo"
     rc = zoo.main(["--models", "tiny_gpt", "--device", "cpu", "--strategies",
-                   "inductor,offload:auto", "--steps", "1", "--warmup", "0", "--out", str(out), "--dump"])
+                   "inductor,offload:auto", "--steps", "1", "--warmup", "0", "--out", str(out), "--dump",
+                   "--caches", "warm"])
     printed = capsys.readouterr().out
     assert rc == 0, printed
     data = json.loads((out / "zoo.json").read_text())
@@ -203,7 +204,7 @@ def test_a_per_block_model_compiles_every_row_one_block_at_a_time(tmp_path, caps
     out = tmp_path / "zoo"
     rc = zoo.main(["--models", "tiny_gpt_blocks", "--device", "cpu", "--strategies",
                    "inductor,full_ac,offload:0.5,offload:FULL", "--steps", "1", "--warmup", "0",
-                   "--out", str(out)])
+                   "--out", str(out), "--caches", "warm"])
     printed = capsys.readouterr().out
     assert rc == 0, printed
     rows = json.loads((out / "zoo.json").read_text())["models"]["tiny_gpt_blocks"]["rows"]
@@ -226,4 +227,8 @@ def test_run_row_passes_the_models_compile_mode(monkeypatch, tmp_path):
     settings = zoo.Settings(device="cpu", steps=1, warmup=0, timeout_s=10, out=tmp_path)
     for name, mode in (("llama_blocks", "per-block"), ("llama", "whole")):
         zoo.run_row(zoo.MODELS[name], "inductor", settings)
-        assert seen["compile_mode"] == mode
+        assert seen["compile_mode"] == mode and seen["caches"] == "cold"
+    args, _ = zoo.parse_args(["--models", "llama", "--out", str(tmp_path), "--caches", "warm"])
+    assert args.caches == "warm"
+    zoo.run_row(zoo.MODELS["llama"], "inductor", zoo.Settings(**{**vars(settings), "caches": "warm"}))
+    assert seen["caches"] == "warm"
