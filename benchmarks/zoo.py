@@ -164,6 +164,17 @@ DERIVED: dict[str, Callable[[list], str]] = {
 }
 
 
+def derive(model: ZooModel, strategy: str, rows: list) -> str:
+    """The strategy a ``DERIVED`` one stands for on ``model``, from its rows measured so
+    far; ``ValueError`` with the reason where it cannot be derived (a row it needs did
+    not run, or ``model`` is compiled one block at a time, where a budget bounds each
+    block's call and a step figure does not translate into one)."""
+    if model.compile == "per-block":
+        raise ValueError("compiled one block at a time, a budget bounds each "
+                         "block's call: a step figure does not translate into one")
+    return DERIVED[strategy](rows)
+
+
 def check_strategy(name: str) -> None:
     """Refuses a strategy the harness would not know, naming the valid ones."""
     if name == MID or name.startswith("offload-limit:"):
@@ -246,10 +257,7 @@ def run_zoo(plan: dict[str, list[str]], settings: Settings, *,
             actual = strategy
             if strategy in DERIVED:  # computed from rows already measured
                 try:
-                    if model.compile == "per-block":
-                        raise ValueError("compiled one block at a time, a budget bounds each "
-                                         "block's call: a step figure does not translate into one")
-                    actual = DERIVED[strategy](rows)
+                    actual = derive(model, strategy, rows)
                 except ValueError as e:
                     say(f"zoo: {name}: {strategy} not run: {e}")
                     rows.append(Row(strategy=strategy, status=NOT_RUN, note=str(e)))

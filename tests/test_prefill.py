@@ -18,11 +18,13 @@ KIB = 1 << 10
 
 
 class Recording:
-    """An allocator that takes ``delay_s`` per block and records ``(thread, nbytes)``."""
+    """An allocator that records ``(thread, nbytes)``; a test may set ``delay_s`` (seconds
+    per block) and ``fail_after`` (blocks allocated before it raises)."""
 
-    def __init__(self, delay_s: float = 0.0, fail_after: int | None = None) -> None:
+    def __init__(self) -> None:
         self.calls: list[tuple[int, int]] = []
-        self.delay_s, self.fail_after = delay_s, fail_after
+        self.delay_s: float = 0.0
+        self.fail_after: int | None = None
 
     def __call__(self, nbytes: int, pinned: bool) -> torch.Tensor:
         if self.fail_after is not None and len(self.calls) >= self.fail_after:

@@ -93,11 +93,8 @@ def _tensor_meta(x: Any) -> str:
 
 
 @functools.lru_cache(maxsize=None)
-@functools.lru_cache(maxsize=1)
 def source_hash() -> str:
-    """A hash of this package's and ``passes``' source: the code's version in cache keys.
-    Read once per process (the code that runs is the code imported): Inductor asks for
-    the partitioner's uuid, which holds it, several times per compiled graph."""
+    """A hash of this package's and ``passes``' source: the code's version in cache keys."""
     root = Path(__file__).resolve().parents[1]
     files = sorted([*root.rglob("*.py"), *(root.parent / "passes").rglob("*.py")])
     digest = hashlib.sha256()

@@ -20,9 +20,9 @@ Memory goes back (a block is *released*: pinned memory unpinned, host memory fre
 
 - past a bound on idle bytes, ``max_idle_bytes``, least recently used first, when the
   pool notices blocks idle. ``"auto"`` (default): the most bytes checked out at once
-  (to within 1/16) or asked for by one prefill, at least 64 MiB; a step takes its own blocks again, so unchanging
-  shapes release and pin nothing, changing shapes lose blocks of shapes no longer
-  used. Set with ``$OFFLOAD_COMPILER_HOST_POOL_MAX_IDLE`` (``"auto"``, bytes,
+  (to within 1/16) or asked for by one prefill, at least 64 MiB; a step takes its own
+  blocks again, so unchanging shapes release and pin nothing, changing shapes lose
+  blocks of shapes no longer used. Set with ``$OFFLOAD_COMPILER_HOST_POOL_MAX_IDLE`` (``"auto"``, bytes,
   ``"256MiB"``), read at import, or ``host_pool().max_idle_bytes = ...``; below one
   step's host bytes every step pins memory again (logged once);
 - all idle blocks once no compiled graph that may use the pool is alive: the backend
@@ -83,8 +83,7 @@ def _check_max_idle(value: Any) -> int | None:
 
 
 class HostPool(Prefilling):
-    """Pool of host blocks; one per process (see :func:`host_pool`). :meth:`prefill`
-    (``prefill.py``) pins a plan's blocks ahead of its first call."""
+    """Pool of host blocks, one per process (:func:`host_pool`); ``prefill.py`` pins ahead."""
 
     def __init__(self, limit_bytes: int | None = None, max_idle_bytes: int | str | None = None) -> None:
         self._lock = threading.Lock()
@@ -235,10 +234,14 @@ class HostPool(Prefilling):
         except RuntimeError as err:  # pinning failed: out of page-locked memory
             self._fail(f"host allocation of {mib(size)} failed: {err}")
             return None
+        return self._register(buffer, pinned)
+
+    def _register(self, buffer: torch.Tensor, pinned: bool) -> HostBlock:
+        """A host tensor just allocated, as a block of the pool (lock held; not yet in use)."""
         block = new_block(buffer, pinned)
         self._by_ptr[buffer.data_ptr()] = block
         self._stats.allocations += 1
-        self._stats.reserved_bytes += size
+        self._stats.reserved_bytes += block.nbytes
         return block
 
     def _fail(self, why: str) -> None:
@@ -393,9 +396,8 @@ class HostPool(Prefilling):
 
     @property
     def changes(self) -> int:
-        """Host blocks allocated or released so far (a counter: looks at no block). Either
-        can stop a step: pinning stops the host, and giving pinned memory back
-        (``cudaFreeHost``) waits for the whole device."""
+        """Host blocks allocated or released so far (a counter). Either can stop a step:
+        pinning stops the host; giving it back (``cudaFreeHost``) waits for the device."""
         return self._stats.allocations + self._stats.released_blocks
 
 

@@ -24,7 +24,7 @@ import threading
 from collections import Counter
 from typing import TYPE_CHECKING, Sequence
 
-from .host_block import block_nbytes, mib, new_block
+from .host_block import block_nbytes, mib
 
 if TYPE_CHECKING:
     from .pool import HostPool
@@ -87,13 +87,10 @@ class Prefilling:
             except RuntimeError as err:  # out of page-locked memory: the step decides
                 log.debug("offload: host pool: prefill stopped, allocating %s failed: %s", mib(size), err)
                 return
-            block = new_block(buffer, pinned)
             with self._lock:
-                self._by_ptr[buffer.data_ptr()] = block
+                block = self._register(buffer, pinned)
                 self._free.setdefault((size, pinned), []).append(block)
-                self._stats.allocations += 1
                 self._stats.prefilled_blocks += 1
-                self._stats.reserved_bytes += size
                 self._stats.idle_bytes += size
 
     def _wait_prefill(self) -> None:
