@@ -49,8 +49,10 @@ def device_limit(device: torch.device) -> int:
     return int((free + torch.cuda.memory_reserved(device)) * (1 - DEVICE_MARGIN))
 
 
-#: Activation budgets tried between the least peak and the start (``fit_limit``).
+#: Activation budgets tried between a plan that fits and one that does not (``fit_limit``).
 LIMIT_STEPS = 5
+#: At most this many halvings of the activation budget while looking for a plan that fits.
+MAX_HALVINGS = 12
 
 
 def fit_limit(first: Any, attempt: Callable[[int], Any], baseline_peak: int, available: int,
@@ -59,50 +61,62 @@ def fit_limit(first: Any, attempt: Callable[[int], Any], baseline_peak: int, ava
     found the model misses) fits in ``available`` bytes above what is held before the
     forward. ``attempt(budget)`` realises a plan for an activation budget. The search
     starts from ``first`` (a fixed ``memory_budget``'s plan) or, with ``"auto"``
-    (``first`` is ``None``), from nothing moved; it bisects the activation budget between
-    the least peak the planner reaches and the start (larger budgets are faster),
-    ``LIMIT_STEPS`` probes, and raises :class:`MemoryLimitError` with the shortfall when
-    even the least peak does not fit. Before any measurement, a least peak predicted over
-    by no more than the prediction's tolerance (``replan.TOLERANCE``) is run, with a
-    warning: the measurement decides."""
+    (``first`` is ``None``), from nothing moved.
+
+    The step peak is not monotone in the activation budget: below some budget the
+    backward recomputes so much that the values it regenerates, alive together, raise
+    its own peak, and the plan with the least activation peak is not the one with the
+    least step peak. So the search halves the activation budget from the start's peak
+    until a plan fits (or the realised activation peak stops falling: the least any plan
+    reaches), then bisects between that budget and the one above it that did not fit
+    (``LIMIT_STEPS`` probes; larger budgets are faster). When no plan tried fits it
+    raises :class:`MemoryLimitError` with the shortfall of the least step peak among
+    them. Before any measurement, a least peak predicted over by no more than the
+    prediction's tolerance (``replan.TOLERANCE``) is run, with a warning: the
+    measurement decides."""
     def peak(r: Any) -> int:
         return r.final.step_peak_bytes + corrections.unmodelled_bytes
+
+    probes = 0
+
+    def probe(kind: str, budget: int) -> tuple[Any, bool]:
+        nonlocal probes
+        probes += 1
+        trial = attempt(budget)
+        fits = peak(trial) <= available
+        progress.info("offload: graph %d: memory_limit %s %d: budget %s -> step peak %s (%s %s "
+                      "available), step %.2f ms", graph_id, kind, probes, nbytes_text(budget),
+                      nbytes_text(peak(trial)), "within" if fits else "over", nbytes_text(available),
+                      trial.final.step_ms)
+        return trial, fits
 
     start = attempt(baseline_peak) if first is None else first
     if peak(start) <= available:
         progress.info("offload: graph %d: memory_limit: the plan fits (step peak %s of %s available)",
                       graph_id, nbytes_text(peak(start)), nbytes_text(available))
         return start
-    least = attempt(0)
-    short = peak(least) - available
-    if short > 0 and corrections.measured_call is None and short <= TOLERANCE * available:
-        # Unmeasured, the prediction is an estimate of about this accuracy: the least
-        # peak may fit. Measuring it tells (and plans again, or raises, from the measurement).
-        progress.warning(
-            "offload: graph %d: memory_limit: the least step peak any plan reaches is predicted "
-            "%s over the %s available under the limit of %s, within the prediction's own error "
-            "(%g%%); running the least-memory plan (with replan=True, the default, on a GPU its "
-            "measurement decides: planned again, or an error with the measured shortfall)",
-            graph_id, nbytes_text(short), nbytes_text(available),
-            nbytes_text(corrections.limit_bytes or 0), TOLERANCE * 100)
-        return least
-    if short > 0:
-        raise MemoryLimitError(
-            f"graph {graph_id}: memory_limit cannot be met: the least step peak any plan reaches "
-            f"is {nbytes_text(peak(least))} above the {nbytes_text(corrections.held_before_bytes)} "
-            f"held before the forward, and {nbytes_text(available)} is available under the limit "
-            f"of {nbytes_text(corrections.limit_bytes or 0)}: {nbytes_text(short)} short"
-            f"{' (as measured)' if corrections.measured_call is not None else ''}. Raise "
-            "memory_limit, use a smaller batch, or shard the model.")
-    best, lo, hi = least, least.final.peak_bytes, start.final.peak_bytes
-    for probe in range(LIMIT_STEPS):
+    tried = [start]
+    over = budget = start.final.peak_bytes  # the least budget known not to fit
+    fitting = None
+    for _ in range(MAX_HALVINGS):
+        budget //= 2
+        trial, fits = probe("halving", budget)
+        if fits:
+            fitting = trial
+            break
+        if trial.final.peak_bytes >= tried[-1].final.peak_bytes:
+            tried.append(trial)
+            break  # the activation peak stopped falling: no plan goes lower
+        tried.append(trial)
+        over = budget
+    if fitting is None:
+        return _least(tried, peak, available, corrections, graph_id)
+    best, lo, hi = fitting, budget, over
+    for _ in range(LIMIT_STEPS):
         mid = (lo + hi) // 2
-        trial = attempt(mid)
-        fits = peak(trial) <= available
-        progress.info("offload: graph %d: memory_limit probe %d/%d: budget %s -> step peak %s (%s %s "
-                      "available), step %.2f ms", graph_id, probe + 1, LIMIT_STEPS, nbytes_text(mid),
-                      nbytes_text(peak(trial)), "within" if fits else "over", nbytes_text(available),
-                      trial.final.step_ms)
+        if mid in (lo, hi):
+            break
+        trial, fits = probe("probe", mid)
         if fits:
             lo = mid
             if trial.final.step_ms < best.final.step_ms:
@@ -110,3 +124,29 @@ def fit_limit(first: Any, attempt: Callable[[int], Any], baseline_peak: int, ava
         else:
             hi = mid
     return best
+
+
+def _least(tried: list[Any], peak: Callable[[Any], int], available: int, corrections: Corrections,
+           graph_id: int) -> Any:
+    """No plan tried fits: the least-peak one, run if it is over by no more than the
+    prediction's error and nothing was measured yet; else :class:`MemoryLimitError`."""
+    least = min(tried, key=peak)
+    short = peak(least) - available
+    if corrections.measured_call is None and short <= TOLERANCE * available:
+        # Unmeasured, the prediction is an estimate of about this accuracy: the least
+        # peak may fit. Measuring it tells (and plans again, or raises, from the measurement).
+        progress.warning(
+            "offload: graph %d: memory_limit: the least step peak of the plans tried is predicted "
+            "%s over the %s available under the limit of %s, within the prediction's own error "
+            "(%g%%); running the least-memory plan (with replan=True, the default, on a GPU its "
+            "measurement decides: planned again, or an error with the measured shortfall)",
+            graph_id, nbytes_text(short), nbytes_text(available),
+            nbytes_text(corrections.limit_bytes or 0), TOLERANCE * 100)
+        return least
+    raise MemoryLimitError(
+        f"graph {graph_id}: memory_limit cannot be met: the least step peak of the {len(tried)} "
+        f"plans tried is {nbytes_text(peak(least))} above the {nbytes_text(corrections.held_before_bytes)} "
+        f"held before the forward, and {nbytes_text(available)} is available under the limit "
+        f"of {nbytes_text(corrections.limit_bytes or 0)}: {nbytes_text(short)} short"
+        f"{' (as measured)' if corrections.measured_call is not None else ''}. Raise "
+        "memory_limit, use a smaller batch, or shard the model.")
