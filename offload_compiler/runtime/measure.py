@@ -133,11 +133,19 @@ class CudaRecorder:
         self.copies: list[tuple[str, str, int, torch.cuda.Event, torch.cuda.Event]] = []
         self.stalls: list[tuple[str, torch.cuda.Event, torch.cuda.Event]] = []
         self.history = False
+        self.trace: list[dict[str, Any]] | None = None
+        """The allocator's records of the call (memory), read when its backward ended."""
 
     def probe(self, phase: str) -> None:
         global active
         if phase == "fw_start" and self.what == "memory":
             self.history = _start_history(self.device)
+        if phase == "bw_end" and self.history:
+            # Read the records and stop recording now: left on (as they were until the
+            # measurement was read, after the timed call), the allocator's Python stacks
+            # slow the host in the calls after this one, the timed call among them.
+            self.trace = _trace(self.device)
+            self._stop_history()
         self.phase = phase
         stats = torch.cuda.memory_stats(self.device)
         self.counts[phase] = (stats.get("allocation.all.allocated", 0), stats.get("allocation.all.freed", 0))
@@ -177,6 +185,9 @@ class CudaRecorder:
         global active
         if active is self:
             active = None
+        self._stop_history()
+
+    def _stop_history(self) -> None:
         if self.history:
             self.history = False
             torch.cuda.memory._record_memory_history(enabled=None, device=self.device)
@@ -199,11 +210,8 @@ class CudaRecorder:
             else:
                 out.h2d_ms, out.h2d_bytes = out.h2d_ms + took, out.h2d_bytes + nbytes
         out.events = self._events(out)
-        if self.history:
-            try:
-                _peak_from_history(self, out)
-            finally:
-                torch.cuda.memory._record_memory_history(enabled=None, device=self.device)
+        if self.trace is not None:
+            _peak_from_history(self, out)
         return out
 
 
@@ -219,11 +227,14 @@ def _start_history(device: torch.device) -> bool:
         return False
 
 
-def _snapshot(device: torch.device) -> dict:
+def _trace(device: torch.device) -> list[dict[str, Any]]:
+    """The allocator's recorded allocations and frees on ``device``, oldest first."""
     try:
-        return torch.cuda.memory._snapshot(device, augment_with_fx_traces=True)
+        snapshot = torch.cuda.memory._snapshot(device, augment_with_fx_traces=True)
     except TypeError:  # torch without FX-augmented snapshots
-        return torch.cuda.memory._snapshot(device)
+        snapshot = torch.cuda.memory._snapshot(device)
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    return [e for e in snapshot["device_traces"][index] if e["action"] in ("alloc", "free_requested")]
 
 
 def _peak_from_history(rec: CudaRecorder, out: Measured) -> None:
@@ -231,9 +242,7 @@ def _peak_from_history(rec: CudaRecorder, out: Measured) -> None:
     at the forward's start, counted over the graph's own forward and backward (the
     memory taken between them, by other graphs, is carried, not counted as a peak), and
     what was live at it."""
-    index = rec.device.index if rec.device.index is not None else torch.cuda.current_device()
-    trace = [e for e in _snapshot(rec.device)["device_traces"][index]
-             if e["action"] in ("alloc", "free_requested")]
+    trace = rec.trace or []
     a0, f0 = rec.counts["fw_start"]
 
     def position(phase: str) -> int:
