@@ -386,3 +386,85 @@ def test_a_limit_no_plan_tried_meets_reports_the_least_step_peak_of_them():
     with pytest.raises(MemoryLimitError, match=r"least step peak of the \d+ plans tried is 480.0 MiB .* "
                                                r"400.0 MiB is available.*80.0 MiB short"):
         fit_limit(None, attempt, 800 << 20, limit, Corrections(limit_bytes=limit, measured_call=3), 0)
+
+
+class _FakeAllocator:
+    """What a ``CudaRecorder`` reads of the CUDA caching allocator, on a CPU: counts,
+    bytes, and the history records while recording is on (turning it off clears them)."""
+
+    def __init__(self):
+        self.allocs = self.frees = self.current = 0
+        self.recording, self.trace, self.live = False, [], {}
+
+    def alloc(self, nbytes):
+        self.allocs += 1
+        self.current += nbytes
+        addr = 4096 * self.allocs
+        self.live[addr] = nbytes
+        if self.recording:
+            self.trace.append({"action": "alloc", "addr": addr, "size": nbytes, "frames": []})
+        return addr
+
+    def free(self, addr):
+        self.frees += 1
+        nbytes = self.live.pop(addr)
+        self.current -= nbytes
+        if self.recording:
+            self.trace.append({"action": "free_requested", "addr": addr, "size": nbytes, "frames": []})
+
+    def install(self, monkeypatch):
+        class Event:
+            def __init__(self, enable_timing=False):
+                pass
+
+            def record(self, stream=None):
+                pass
+
+            def synchronize(self):
+                pass
+
+            def elapsed_time(self, other):
+                return 1.0
+
+        def history(enabled="all", **kwargs):
+            self.recording = enabled is not None
+            if not self.recording:
+                self.trace = []
+
+        monkeypatch.setattr(torch.cuda, "memory_stats", lambda device=None: {
+            "allocation.all.allocated": self.allocs, "allocation.all.freed": self.frees,
+            "allocated_bytes.all.current": self.current})
+        monkeypatch.setattr(torch.cuda, "Event", Event)
+        monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: None)
+        monkeypatch.setattr(torch.cuda.memory, "_record_memory_history", history)
+        monkeypatch.setattr(torch.cuda.memory, "_snapshot",
+                            lambda device=None, **kwargs: {"device_traces": [list(self.trace)]})
+
+
+def test_nested_memory_calls_of_two_graphs_each_read_their_whole_call(monkeypatch):
+    """A graph break makes two graphs, A and B, measured in the same step: A's forward,
+    B's forward, B's backward, A's backward. B's backward ending must not end the
+    recording A still needs (its backward allocates after that), and B reads the records
+    from its own start; recording stops when the last of them ends."""
+    gpu = _FakeAllocator()
+    gpu.install(monkeypatch)
+    device = torch.device("cuda", 0)
+    a, b = measure.CudaRecorder(device, 2, "memory"), measure.CudaRecorder(device, 2, "memory")
+    a.probe("fw_start")
+    a1 = gpu.alloc(100)
+    a.probe("fw_end")
+    b.probe("fw_start")
+    gpu.alloc(50)
+    b.probe("fw_end")
+    b.probe("bw_start")
+    gpu.free(gpu.alloc(30))
+    b.probe("bw_end")
+    assert gpu.recording  # A's backward is still to come
+    a.probe("bw_start")
+    gpu.free(gpu.alloc(200))
+    gpu.free(a1)
+    a.probe("bw_end")
+    assert not gpu.recording  # the timed calls after run without it
+    ma, mb = a.result(), b.result()
+    assert (ma.step_peak_bytes, ma.peak_phase) == (350, "backward")  # 100 + B's 50 + 200
+    assert (mb.step_peak_bytes, mb.peak_phase) == (80, "backward")  # above the 100 held at its start

@@ -25,6 +25,7 @@ import dataclasses
 import linecache
 import logging
 import os
+import weakref
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -133,22 +134,25 @@ class CudaRecorder:
         self.copies: list[tuple[str, str, int, torch.cuda.Event, torch.cuda.Event]] = []
         self.stalls: list[tuple[str, torch.cuda.Event, torch.cuda.Event]] = []
         self.history = False
+        self.offset = 0
+        """Records made before this call's forward started (another graph's call began them)."""
         self.trace: list[dict[str, Any]] | None = None
         """The allocator's records of the call (memory), read when its backward ended."""
 
     def probe(self, phase: str) -> None:
         global active
+        stats = torch.cuda.memory_stats(self.device)
+        counts = (stats.get("allocation.all.allocated", 0), stats.get("allocation.all.freed", 0))
         if phase == "fw_start" and self.what == "memory":
-            self.history = _start_history(self.device)
+            self.history = _join_history(self, counts)
         if phase == "bw_end" and self.history:
-            # Read the records and stop recording now: left on (as they were until the
+            # Read the records and leave the recording now: left on (as they were until the
             # measurement was read, after the timed call), the allocator's Python stacks
             # slow the host in the calls after this one, the timed call among them.
-            self.trace = _trace(self.device)
+            self.trace = _trace(self.device)[self.offset:]
             self._stop_history()
         self.phase = phase
-        stats = torch.cuda.memory_stats(self.device)
-        self.counts[phase] = (stats.get("allocation.all.allocated", 0), stats.get("allocation.all.freed", 0))
+        self.counts[phase] = counts
         self.allocated[phase] = stats.get("allocated_bytes.all.current", 0)
         event = torch.cuda.Event(enable_timing=True)
         event.record(torch.cuda.current_stream(self.device))
@@ -190,7 +194,7 @@ class CudaRecorder:
     def _stop_history(self) -> None:
         if self.history:
             self.history = False
-            torch.cuda.memory._record_memory_history(enabled=None, device=self.device)
+            _leave_history(self)
 
     def result(self) -> Measured | None:
         if set(self.events) != set(PHASES):
@@ -215,6 +219,39 @@ class CudaRecorder:
         return out
 
 
+#: Per device index: the memory recorders between their forward's start and their
+#: backward's end, and the allocation counts when recording began. Graphs split by a
+#: graph break are measured in the same step, their calls nested (A's forward, B's
+#: forward, B's backward, A's backward): recording runs while any of them needs it, and
+#: each reads the records from its own start.
+_recording: dict[int, tuple[weakref.WeakSet, tuple[int, int]]] = {}
+
+
+def _join_history(rec: CudaRecorder, counts: tuple[int, int]) -> bool:
+    index = _index(rec.device)
+    if index not in _recording:
+        if not _start_history(rec.device):
+            return False
+        _recording[index] = (weakref.WeakSet(), counts)
+    users, (a0, f0) = _recording[index]
+    users.add(rec)
+    rec.offset = (counts[0] - a0) + (counts[1] - f0)
+    return True
+
+
+def _leave_history(rec: CudaRecorder) -> None:
+    index = _index(rec.device)
+    users, _ = _recording.get(index, (weakref.WeakSet(), None))
+    users.discard(rec)
+    if not users:
+        _recording.pop(index, None)
+        torch.cuda.memory._record_memory_history(enabled=None, device=rec.device)
+
+
+def _index(device: torch.device) -> int:
+    return device.index if device.index is not None else torch.cuda.current_device()
+
+
 def _start_history(device: torch.device) -> bool:
     try:
         torch.cuda.memory._record_memory_history(
@@ -233,8 +270,7 @@ def _trace(device: torch.device) -> list[dict[str, Any]]:
         snapshot = torch.cuda.memory._snapshot(device, augment_with_fx_traces=True)
     except TypeError:  # torch without FX-augmented snapshots
         snapshot = torch.cuda.memory._snapshot(device)
-    index = device.index if device.index is not None else torch.cuda.current_device()
-    return [e for e in snapshot["device_traces"][index] if e["action"] in ("alloc", "free_requested")]
+    return [e for e in snapshot["device_traces"][_index(device)] if e["action"] in ("alloc", "free_requested")]
 
 
 def _peak_from_history(rec: CudaRecorder, out: Measured) -> None:
