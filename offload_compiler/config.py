@@ -4,9 +4,8 @@
 :meth:`OffloadConfig.from_options`) or directly. Every field is validated in
 ``__post_init__``; a bad value raises ``ValueError`` naming the valid values.
 
-Units: bytes are plain byte counts (``*_bytes``), except ``memory_budget``, whose bytes
-are written with a unit (``"12GiB"``, a :class:`ByteSize`) so that no number is read as
-bytes by mistake.
+Units: ``*_bytes`` take a byte count or bytes with a unit (``"16MiB"``); ``memory_budget`` and
+``memory_limit`` take bytes only with a unit (a :class:`ByteSize`), so no number is read as bytes.
 """
 
 from __future__ import annotations
@@ -63,16 +62,14 @@ class OffloadConfig:
     device of a named type may be offloaded."""
 
     min_offload_bytes: int = 1 << 20
-    """Activations smaller than this many bytes are kept on the device: not copied (a
-    copy has a fixed cost of a few microseconds) and, with ``policy="cost_model"``, not
-    recomputed (it saves next to nothing, and recomputing a reduction's small result
-    can cost a kernel of its own). Default 1 MiB. ``0`` lets every eligible tensor move."""
+    """Activations smaller than this (bytes, or a string with a unit: ``"16MiB"``) stay on the
+    device: not copied (each copy costs the host tens of microseconds) nor, with
+    ``policy="cost_model"``, recomputed. Default 1 MiB; ``0`` lets every eligible tensor move."""
 
     max_host_bytes: int | None = None
-    """Cap, in bytes, on the host memory one compiled graph may plan to hold at once.
-    Activations past the cap stay on the device, with that reason in the log.
-    ``None`` (default) means no cap beyond what pinning succeeds in getting; if pinned
-    memory cannot be had at run time the tensor stays on the device."""
+    """Cap on the host memory one compiled graph may plan to hold at once (bytes, or with a
+    unit); activations past it stay on the device, with that reason in the log. ``None``
+    (default): no cap beyond what pinning gets (a tensor that cannot be pinned stays put)."""
 
     policy: Policy = "cost_model"
     """How activations are chosen. ``"cost_model"`` (default): the planner decides
@@ -184,9 +181,9 @@ class OffloadConfig:
                 f"policy={self.policy!r} is not valid; choose one of {_choices(Policy)}"
             )
         self._set("devices", _device_types(self.devices))
-        self._set("min_offload_bytes", _check_int("min_offload_bytes", self.min_offload_bytes, allow_none=False))
-        self._set("max_host_bytes", _check_int("max_host_bytes", self.max_host_bytes, allow_none=True))
-        self._set("prefetch_depth", _check_int("prefetch_depth", self.prefetch_depth, allow_none=False))
+        for name, none, units in (("min_offload_bytes", False, True), ("max_host_bytes", True, True),
+                                  ("prefetch_depth", False, False)):
+            self._set(name, _check_int(name, getattr(self, name), none, units=units))
         self._set("memory_budget", check_budget(self.memory_budget))
         self._set("memory_limit", _check_limit(self.memory_limit))
         if not isinstance(self.replan, bool):
@@ -409,12 +406,15 @@ def budget_from_text(text: str) -> float | str:
     return check_budget(number)
 
 
-def _check_int(name: str, value: Any, *, allow_none: bool) -> int | None:
-    """``value`` as a Python ``int`` (any ``numbers.Integral``, not a bool, at least 0)."""
+def _check_int(name: str, value: Any, allow_none: bool, *, units: bool = False) -> int | None:
+    """``value`` as an ``int`` >= 0 (``numbers.Integral``, not a bool; ``units``: or bytes with a unit)."""
     if value is None and allow_none:
         return None
+    if units and isinstance(value, str):
+        return int(ByteSize(value, name=name))
     if not is_integral(value) or value < 0:
-        allowed = "a non-negative integer" + (" or None" if allow_none else "")
+        allowed = " or ".join(["a non-negative integer"] + [f"bytes with a unit ({UNITS_TEXT})"] * units
+                              + ["None"] * allow_none)
         raise ValueError(f"{name}={value!r} is not valid; it must be {allowed}")
     return int(value)
 

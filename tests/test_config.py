@@ -46,7 +46,10 @@ def test_from_options_and_frozen():
     ({"devices": ("cpu", "cpu")}, "twice"),
     ({"min_offload_bytes": -1}, "non-negative integer"),
     ({"min_offload_bytes": 1.5}, "non-negative integer"),
-    ({"max_host_bytes": "1GB"}, "non-negative integer or None"),
+    ({"max_host_bytes": -5}, "non-negative integer or bytes with a unit (B, KiB"),
+    ({"max_host_bytes": "1 gigabyte"}, "give bytes with a unit"),
+    ({"min_offload_bytes": "16"}, "give bytes with a unit"),
+    ({"prefetch_depth": "2MiB"}, "must be a non-negative integer"),
     ({"prefetch_depth": True}, "non-negative integer"),
     ({"copy_margin": 1.0}, "number in [0, 1)"),
     ({"copy_margin": -0.1}, "number in [0, 1)"),
@@ -57,6 +60,15 @@ def test_bad_options_name_the_valid_values(options, fragment):
     with pytest.raises(ValueError) as err:
         OffloadConfig.from_options(options)
     assert fragment in str(err.value)
+
+
+def test_byte_options_take_units_and_store_the_count():
+    """``*_bytes`` options take bytes with a unit, as users write them, and store the
+    count: the same config (and fingerprint) as the number."""
+    with_units = OffloadConfig(min_offload_bytes="16MiB", max_host_bytes="1.5GB")
+    counts = OffloadConfig(min_offload_bytes=16 << 20, max_host_bytes=1_500_000_000)
+    assert with_units == counts and with_units.fingerprint() == counts.fingerprint()
+    assert type(with_units.min_offload_bytes) is int and type(with_units.max_host_bytes) is int
 
 
 def test_unknown_option_lists_every_valid_key():
