@@ -24,8 +24,9 @@ log per strategy, rewritten after every row) and all of them to ``OUT/zoo.json``
 line is printed as each row starts, and one table per model at the end: step ratio to
 Inductor, activation GiB and its ratio to SAC's (Inductor's where SAC does not apply),
 compile seconds (the first step, with cold caches unless ``--caches warm``: see
-``compare``) and whether loss and gradient norm agree with the first row. ``--budget-seconds`` stops starting rows once that much time has passed
-(a lent GPU gives 10 minutes per command) and lists the rows not run.
+``compare``) and whether loss and gradient norm agree with the first row.
+``--budget-seconds`` stops starting rows once that much time has passed (a lent GPU
+gives 10 minutes per command) and lists the rows not run.
 
 ``--list`` imports no torch: it runs where transformers, timm and torchvision are not
 installed, as does ``tiny_gpt``. The other factories import them when called.
@@ -420,7 +421,8 @@ def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, dict[str, li
                    help="offload rows dump graphs, plans and measurements (measured.json, "
                         "timeline.json) under OUT/<model>/dump/<strategy>/; writing them adds "
                         "to the first step's time")
-    p.add_argument("--caches", default="cold", choices=("cold", "warm"),  # compare's CACHES (no torch import here)
+    # compare's CACHES, written out: --list imports no torch
+    p.add_argument("--caches", default="cold", choices=("cold", "warm"),
                    help="cold: each row compiles with empty Inductor caches and no plan cache "
                         "(the first-step column is a first compile); warm: the caches as they are")
     args = p.parse_args(argv)

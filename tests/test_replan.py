@@ -6,6 +6,7 @@ own predictions; the backend then acts on it as it would on a GPU.
 """
 
 import logging
+import types
 
 import pytest
 import torch
@@ -347,7 +348,7 @@ class _Plan:
     """What ``fit_limit`` reads of a realised plan."""
 
     def __init__(self, act, step_peak, step_ms):
-        self.final = type("Final", (), {"peak_bytes": act, "step_peak_bytes": step_peak, "step_ms": step_ms})()
+        self.final = types.SimpleNamespace(peak_bytes=act, step_peak_bytes=step_peak, step_ms=step_ms)
 
 
 def _u_shaped(least_act=100 << 20):

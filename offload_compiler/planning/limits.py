@@ -104,10 +104,10 @@ def fit_limit(first: Any, attempt: Callable[[int], Any], baseline_peak: int, ava
         if fits:
             fitting = trial
             break
-        if trial.final.peak_bytes >= tried[-1].final.peak_bytes:
-            tried.append(trial)
-            break  # the activation peak stopped falling: no plan goes lower
+        floor = trial.final.peak_bytes >= tried[-1].final.peak_bytes  # no plan goes lower
         tried.append(trial)
+        if floor:
+            break
         over = budget
     if fitting is None:
         return _least(tried, peak, available, corrections, graph_id)

@@ -270,7 +270,8 @@ def _trace(device: torch.device) -> list[dict[str, Any]]:
         snapshot = torch.cuda.memory._snapshot(device, augment_with_fx_traces=True)
     except TypeError:  # torch without FX-augmented snapshots
         snapshot = torch.cuda.memory._snapshot(device)
-    return [e for e in snapshot["device_traces"][_index(device)] if e["action"] in ("alloc", "free_requested")]
+    trace = snapshot["device_traces"][_index(device)]
+    return [e for e in trace if e["action"] in ("alloc", "free_requested")]
 
 
 def _peak_from_history(rec: CudaRecorder, out: Measured) -> None:
