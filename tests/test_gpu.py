@@ -401,8 +401,11 @@ def test_measurement_matches_the_allocator_and_names_what_holds_the_peak():
     assert m.fw_ms > 0 and m.bw_ms > 0 and m.held_before_bytes > 0
     assert m.peak_phase in ("forward", "backward") and m.holders
     assert abs(m.step_peak_bytes - act) <= 0.1 * act
+    assert 0 < m.host_fw_ms and 0 < m.host_bw_ms  # the host's time to issue each phase
     if measured[-1].offloaded:
         assert m.d2h_bytes > 0 and m.h2d_bytes > 0 and m.d2h_gbps > 1
+        n = len(measured[-1].offloaded)
+        assert m.ops == (2 * n, 2 * n) and 0 < m.host_ops_ms[0] < m.host_fw_ms
 
 
 def test_the_timed_call_runs_without_the_allocators_history():
@@ -412,8 +415,8 @@ def test_the_timed_call_runs_without_the_allocators_history():
     seen = []
 
     class Watching(measure.CudaSource):
-        def recorder(self, device, call, what):
-            rec = super().recorder(device, call, what)
+        def recorder(self, device, call, what, events=0):
+            rec = super().recorder(device, call, what, events)
             if rec is None:
                 return None
             probe = rec.probe

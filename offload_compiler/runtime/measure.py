@@ -8,6 +8,10 @@ A :class:`Recorder` follows one forward and its backward on the GPU:
   The transfer ops call :func:`copy_started` / :func:`copy_done` / :func:`stall_before`
   / :func:`stall_after` only while a recorder is :data:`active`, which is only inside
   the measured graph's own forward and backward;
+- host: how long the host took to issue the forward and the backward (``perf_counter``
+  at the same probes, no synchronisation), and the part of it in the transfer ops'
+  bodies (:func:`host_timed`), each less the host time of the measurement's own events
+  (made before the call, :meth:`CudaRecorder.reserve`);
 - memory: the CUDA caching allocator's own records (``torch.cuda.memory.
   _record_memory_history``) from the start of the forward to the end of the backward,
   replayed into the step peak above what was held before the forward (the same measure
@@ -22,24 +26,20 @@ measurements on a machine without a GPU.
 from __future__ import annotations
 
 import dataclasses
-import linecache
+import functools
 import logging
-import os
-import weakref
+import time
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Callable, Protocol
 
 import torch
 
 from ..nbytes import nbytes_text
+from . import history
 
 log = logging.getLogger(__name__)
 
 PHASES = ("fw_start", "fw_end", "bw_start", "bw_end")
-#: Allocations live at the measured peak that are named (largest first).
-HOLDERS = 5
-#: Allocator records kept while measuring (one call: a few thousand are typical).
-MAX_ENTRIES = 1_000_000
 
 
 @dataclass
@@ -69,6 +69,16 @@ class Measured:
     """``"forward"`` or ``"backward"``: where that peak fell."""
     holders: list[str] = field(default_factory=list)
     """The largest allocations live at the peak: size, source line, code."""
+    host_fw_ms: float | None = None
+    """Host time to issue the forward (its Python, kernel launches and transfer ops; the
+    GPU may still be running it): where it is near ``fw_ms`` the host, not the GPU, sets
+    the pace. ``None``: not measured."""
+    host_bw_ms: float | None = None
+    """The same for the backward."""
+    host_ops_ms: tuple[float, float] = (0.0, 0.0)
+    """Host time in the transfer ops' bodies, forward and backward (part of the above)."""
+    ops: tuple[int, int] = (0, 0)
+    """Transfer ops called, forward and backward."""
     events: list[dict[str, Any]] = field(default_factory=list)
     """The measured schedule: the forward and backward on the compute lane, each stall
     and each copy on its lane (``{"lane", "name", "start_ms", "dur_ms", "args"}``, from
@@ -110,10 +120,11 @@ class Recorder(Protocol):
 
 
 class Source(Protocol):
-    def recorder(self, device: torch.device, call: int, what: str) -> Recorder | None:
+    def recorder(self, device: torch.device, call: int, what: str, events: int = 0) -> Recorder | None:
         """A recorder for ``call`` of a graph on ``device``, measuring ``what``:
         ``"memory"`` (the allocator's records; its Python stacks slow the host, so time is
-        measured in another call) or ``"time"``; ``None`` where it cannot measure."""
+        measured in another call) or ``"time"``; ``None`` where it cannot measure.
+        ``events``: how many copies and waits the call is expected to time."""
 
 
 #: The recorder of the graph whose forward or backward is running, if it is measured.
@@ -123,7 +134,7 @@ active: "CudaRecorder | None" = None
 class CudaRecorder:
     """Measures one call on a CUDA device (see the module docstring)."""
 
-    def __init__(self, device: torch.device, call: int, what: str) -> None:
+    def __init__(self, device: torch.device, call: int, what: str, events: int = 0) -> None:
         self.device = device
         self.call = call
         self.what = what
@@ -138,18 +149,44 @@ class CudaRecorder:
         """Records made before this call's forward started (another graph's call began them)."""
         self.trace: list[dict[str, Any]] | None = None
         """The allocator's records of the call (memory), read when its backward ended."""
+        self.host: dict[str, float] = {}  # perf_counter at each phase
+        self.side = 0  # 0 in the forward, 1 in the backward
+        self.op_s, self.own_s, self.op_calls = [0.0, 0.0], [0.0, 0.0], [0, 0]
+        self.spare: list[torch.cuda.Event] = []
+        if what == "time" and events:
+            self.reserve(2 * events)
+
+    def reserve(self, n: int) -> None:
+        """Make ``n`` timing events now, outside the measured call (created there, each
+        costs the host a few microseconds that the measured call would count)."""
+        stream = torch.cuda.current_stream(self.device)
+        for _ in range(n):
+            event = torch.cuda.Event(enable_timing=True)
+            event.record(stream)  # creates the CUDA event
+            self.spare.append(event)
+
+    def mark(self, stream: torch.cuda.Stream) -> torch.cuda.Event:
+        """A timing event recorded on ``stream`` now (a spare one if any is left); its
+        host time is the measurement's own, not the op's."""
+        start = time.perf_counter()
+        event = self.spare.pop() if self.spare else torch.cuda.Event(enable_timing=True)
+        event.record(stream)
+        self.own_s[self.side] += time.perf_counter() - start
+        return event
 
     def probe(self, phase: str) -> None:
         global active
+        if phase.endswith("_end"):
+            self.host[phase] = time.perf_counter()
         stats = torch.cuda.memory_stats(self.device)
         counts = (stats.get("allocation.all.allocated", 0), stats.get("allocation.all.freed", 0))
         if phase == "fw_start" and self.what == "memory":
-            self.history = _join_history(self, counts)
+            self.history = history.join(self, counts)
         if phase == "bw_end" and self.history:
             # Read the records and leave the recording now: left on (as they were until the
             # measurement was read, after the timed call), the allocator's Python stacks
             # slow the host in the calls after this one, the timed call among them.
-            self.trace = _trace(self.device)[self.offset:]
+            self.trace = history.trace(self.device)[self.offset:]
             self._stop_history()
         self.phase = phase
         self.counts[phase] = counts
@@ -158,6 +195,9 @@ class CudaRecorder:
         event.record(torch.cuda.current_stream(self.device))
         self.events[phase] = event
         active = self if phase in ("fw_start", "bw_start") and self.what == "time" else None
+        self.side = int(phase.startswith("bw"))
+        if phase.endswith("_start"):
+            self.host[phase] = time.perf_counter()
 
     def _events(self, out: Measured) -> list[dict[str, Any]]:
         """The measured schedule (``Measured.events``), when time was measured."""
@@ -194,7 +234,7 @@ class CudaRecorder:
     def _stop_history(self) -> None:
         if self.history:
             self.history = False
-            _leave_history(self)
+            history.leave(self)
 
     def result(self) -> Measured | None:
         if set(self.events) != set(PHASES):
@@ -214,158 +254,65 @@ class CudaRecorder:
             else:
                 out.h2d_ms, out.h2d_bytes = out.h2d_ms + took, out.h2d_bytes + nbytes
         out.events = self._events(out)
+        if self.what == "time":
+            ms = [(self.host[f"{p}_end"] - self.host[f"{p}_start"] - own) * 1e3
+                  for p, own in zip(("fw", "bw"), self.own_s)]
+            out.host_fw_ms, out.host_bw_ms = ms
+            out.host_ops_ms = tuple((op - own) * 1e3 for op, own in zip(self.op_s, self.own_s))
+            out.ops = tuple(self.op_calls)
         if self.trace is not None:
-            _peak_from_history(self, out)
+            history.replay(self, out)
         return out
-
-
-#: Per device index: the memory recorders between their forward's start and their
-#: backward's end, and the allocation counts when recording began. Graphs split by a
-#: graph break are measured in the same step, their calls nested (A's forward, B's
-#: forward, B's backward, A's backward): recording runs while any of them needs it, and
-#: each reads the records from its own start.
-_recording: dict[int, tuple[weakref.WeakSet, tuple[int, int]]] = {}
-
-
-def _join_history(rec: CudaRecorder, counts: tuple[int, int]) -> bool:
-    index = _index(rec.device)
-    if index not in _recording:
-        if not _start_history(rec.device):
-            return False
-        _recording[index] = (weakref.WeakSet(), counts)
-    users, (a0, f0) = _recording[index]
-    users.add(rec)
-    rec.offset = (counts[0] - a0) + (counts[1] - f0)
-    return True
-
-
-def _leave_history(rec: CudaRecorder) -> None:
-    index = _index(rec.device)
-    users, _ = _recording.get(index, (weakref.WeakSet(), None))
-    users.discard(rec)
-    if not users:
-        _recording.pop(index, None)
-        torch.cuda.memory._record_memory_history(enabled=None, device=rec.device)
-
-
-def _index(device: torch.device) -> int:
-    return device.index if device.index is not None else torch.cuda.current_device()
-
-
-def _start_history(device: torch.device) -> bool:
-    try:
-        torch.cuda.memory._record_memory_history(
-            enabled="all", context="alloc", stacks="python", max_entries=MAX_ENTRIES,
-            device=device)
-        return True
-    except Exception as e:  # noqa: BLE001 - an allocator without history: time only
-        log.info("offload: cannot record the allocator's history on %s (%s); measuring time only",
-                 device, e)
-        return False
-
-
-def _trace(device: torch.device) -> list[dict[str, Any]]:
-    """The allocator's recorded allocations and frees on ``device``, oldest first."""
-    try:
-        snapshot = torch.cuda.memory._snapshot(device, augment_with_fx_traces=True)
-    except TypeError:  # torch without FX-augmented snapshots
-        snapshot = torch.cuda.memory._snapshot(device)
-    trace = snapshot["device_traces"][_index(device)]
-    return [e for e in trace if e["action"] in ("alloc", "free_requested")]
-
-
-def _peak_from_history(rec: CudaRecorder, out: Measured) -> None:
-    """Replay the allocator's records of the measured call: the peak above what was held
-    at the forward's start, counted over the graph's own forward and backward (the
-    memory taken between them, by other graphs, is carried, not counted as a peak), and
-    what was live at it."""
-    trace = rec.trace or []
-    a0, f0 = rec.counts["fw_start"]
-
-    def position(phase: str) -> int:
-        a, f = rec.counts[phase]
-        return (a - a0) + (f - f0)
-
-    spans = [(0, position("fw_end"), "forward"), (position("bw_start"), position("bw_end"), "backward")]
-    base = rec.allocated["fw_start"]
-    current, live, best = base, {}, (0, None, -1)
-    for i, e in enumerate(trace):
-        current += e["size"] if e["action"] == "alloc" else -e["size"]
-        if e["action"] == "alloc":
-            live[e["addr"]] = e
-        else:
-            live.pop(e["addr"], None)
-        for lo, hi, phase in spans:
-            if lo <= i < hi and current - base > best[0]:
-                best = (current - base, phase, i)
-    out.step_peak_bytes = max(best[0], rec.allocated["fw_end"] - base, 0)
-    out.peak_phase = best[1]
-    if best[2] < 0:
-        return
-    live = {}
-    for e in trace[:best[2] + 1]:
-        if e["action"] == "alloc":
-            live[e["addr"]] = e
-        else:
-            live.pop(e["addr"], None)
-    largest = sorted(live.values(), key=lambda e: -e["size"])[:HOLDERS]
-    out.holders = [f"{nbytes_text(e['size'])} {_where(e.get('frames') or [])}" for e in largest]
-
-
-def _where(frames: list[dict]) -> str:
-    """The innermost frame outside torch's own Python: file:line and its code (for
-    Inductor's generated code, the buffer's line: ``buf12 = empty_strided_cuda(...)``)."""
-    for frame in frames:
-        path = frame.get("filename", "")
-        if f"{os.sep}torch{os.sep}" in path and "torchinductor" not in path:
-            continue
-        text = linecache.getline(path, frame.get("line", 0)).strip()
-        fx = frame.get("fx_node_name") or frame.get("fx_original_trace")
-        where = f"{os.path.basename(path)}:{frame.get('line')} in {frame.get('name')}"
-        return " ".join(x for x in (where, f"`{text[:90]}`" if text else "",
-                                     f"(node {fx})" if isinstance(fx, str) and fx else "") if x)
-    return "(no Python frame)"
 
 
 # Called by the transfer ops while a recorder is active ----------------------------------
 
-def copy_started(stream: torch.cuda.Stream) -> torch.cuda.Event:
-    event = torch.cuda.Event(enable_timing=True)
-    event.record(stream)
-    return event
+def host_timed(kernel: Callable[..., Any]) -> Callable[..., Any]:
+    """``kernel`` (a transfer op's body), its host time counted by the active recorder."""
+    @functools.wraps(kernel)
+    def timed(*args: Any) -> Any:
+        rec = active
+        if rec is None:
+            return kernel(*args)
+        start = time.perf_counter()
+        try:
+            return kernel(*args)
+        finally:
+            rec.op_s[rec.side] += time.perf_counter() - start
+            rec.op_calls[rec.side] += 1
+    return timed
+
+
+def copy_started(stream: torch.cuda.Stream) -> torch.cuda.Event | None:
+    rec = active
+    return rec.mark(stream) if rec is not None else None
 
 
 def copy_done(stream: torch.cuda.Stream, start: torch.cuda.Event, direction: str, nbytes: int) -> None:
     rec = active
-    if rec is None:
-        return
-    end = torch.cuda.Event(enable_timing=True)
-    end.record(stream)
-    rec.copies.append((rec.phase, direction, nbytes, start, end))
+    if rec is not None:
+        rec.copies.append((rec.phase, direction, nbytes, start, rec.mark(stream)))
 
 
-def stall_before(stream: torch.cuda.Stream) -> torch.cuda.Event:
+def stall_before(stream: torch.cuda.Stream) -> torch.cuda.Event | None:
     return copy_started(stream)
 
 
 def stall_after(stream: torch.cuda.Stream, before: torch.cuda.Event) -> None:
     rec = active
-    if rec is None:
-        return
-    after = torch.cuda.Event(enable_timing=True)
-    after.record(stream)
-    rec.stalls.append((rec.phase, before, after))
+    if rec is not None:
+        rec.stalls.append((rec.phase, before, rec.mark(stream)))
 
 
 class CudaSource:
     """Measures on CUDA devices, outside CUDA graph capture; elsewhere nothing."""
 
-    def recorder(self, device: torch.device, call: int, what: str) -> Recorder | None:
+    def recorder(self, device: torch.device, call: int, what: str, events: int = 0) -> Recorder | None:
         if device.type != "cuda" or not torch.cuda.is_available():
             return None
         if torch.cuda.is_current_stream_capturing():
             return None
-        return CudaRecorder(device, call, what)
+        return CudaRecorder(device, call, what, events)
 
 
 source: Source = CudaSource()

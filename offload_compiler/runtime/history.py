@@ -1,0 +1,135 @@
+"""The CUDA caching allocator's history, as the memory measurement reads it.
+
+``torch.cuda.memory._record_memory_history`` records every allocation and free with the
+Python stack that made it. A memory recorder (``measure.CudaRecorder``, ``what="memory"``)
+joins the recording when its forward starts and leaves it when its backward ends; the
+records of its call are replayed into the step peak above what was held before the
+forward, and the allocations live at that peak are named by source line.
+"""
+
+from __future__ import annotations
+
+import linecache
+import logging
+import os
+import weakref
+from typing import Any
+
+import torch
+
+from ..nbytes import nbytes_text
+
+log = logging.getLogger(__name__)
+
+#: Allocations live at the measured peak that are named (largest first).
+HOLDERS = 5
+#: Allocator records kept while measuring (one call: a few thousand are typical).
+MAX_ENTRIES = 1_000_000
+
+
+#: Per device index: the memory recorders between their forward's start and their
+#: backward's end, and the allocation counts when recording began. Graphs split by a
+#: graph break are measured in the same step, their calls nested (A's forward, B's
+#: forward, B's backward, A's backward): recording runs while any of them needs it, and
+#: each reads the records from its own start.
+_recording: dict[int, tuple[weakref.WeakSet, tuple[int, int]]] = {}
+
+
+def join(rec: Any, counts: tuple[int, int]) -> bool:
+    index = _index(rec.device)
+    if index not in _recording:
+        if not _start(rec.device):
+            return False
+        _recording[index] = (weakref.WeakSet(), counts)
+    users, (a0, f0) = _recording[index]
+    users.add(rec)
+    rec.offset = (counts[0] - a0) + (counts[1] - f0)
+    return True
+
+
+def leave(rec: Any) -> None:
+    index = _index(rec.device)
+    users, _ = _recording.get(index, (weakref.WeakSet(), None))
+    users.discard(rec)
+    if not users:
+        _recording.pop(index, None)
+        torch.cuda.memory._record_memory_history(enabled=None, device=rec.device)
+
+
+def _index(device: torch.device) -> int:
+    return device.index if device.index is not None else torch.cuda.current_device()
+
+
+def _start(device: torch.device) -> bool:
+    try:
+        torch.cuda.memory._record_memory_history(
+            enabled="all", context="alloc", stacks="python", max_entries=MAX_ENTRIES,
+            device=device)
+        return True
+    except Exception as e:  # noqa: BLE001 - an allocator without history: time only
+        log.info("offload: cannot record the allocator's history on %s (%s); measuring time only",
+                 device, e)
+        return False
+
+
+def trace(device: torch.device) -> list[dict[str, Any]]:
+    """The allocator's recorded allocations and frees on ``device``, oldest first."""
+    try:
+        snapshot = torch.cuda.memory._snapshot(device, augment_with_fx_traces=True)
+    except TypeError:  # torch without FX-augmented snapshots
+        snapshot = torch.cuda.memory._snapshot(device)
+    trace = snapshot["device_traces"][_index(device)]
+    return [e for e in trace if e["action"] in ("alloc", "free_requested")]
+
+
+def replay(rec: Any, out: Any) -> None:
+    """Replay the allocator's records of the measured call: the peak above what was held
+    at the forward's start, counted over the graph's own forward and backward (the
+    memory taken between them, by other graphs, is carried, not counted as a peak), and
+    what was live at it."""
+    trace = rec.trace or []
+    a0, f0 = rec.counts["fw_start"]
+
+    def position(phase: str) -> int:
+        a, f = rec.counts[phase]
+        return (a - a0) + (f - f0)
+
+    spans = [(0, position("fw_end"), "forward"), (position("bw_start"), position("bw_end"), "backward")]
+    base = rec.allocated["fw_start"]
+    current, live, best = base, {}, (0, None, -1)
+    for i, e in enumerate(trace):
+        current += e["size"] if e["action"] == "alloc" else -e["size"]
+        if e["action"] == "alloc":
+            live[e["addr"]] = e
+        else:
+            live.pop(e["addr"], None)
+        for lo, hi, phase in spans:
+            if lo <= i < hi and current - base > best[0]:
+                best = (current - base, phase, i)
+    out.step_peak_bytes = max(best[0], rec.allocated["fw_end"] - base, 0)
+    out.peak_phase = best[1]
+    if best[2] < 0:
+        return
+    live = {}
+    for e in trace[:best[2] + 1]:
+        if e["action"] == "alloc":
+            live[e["addr"]] = e
+        else:
+            live.pop(e["addr"], None)
+    largest = sorted(live.values(), key=lambda e: -e["size"])[:HOLDERS]
+    out.holders = [f"{nbytes_text(e['size'])} {_where(e.get('frames') or [])}" for e in largest]
+
+
+def _where(frames: list[dict]) -> str:
+    """The innermost frame outside torch's own Python: file:line and its code (for
+    Inductor's generated code, the buffer's line: ``buf12 = empty_strided_cuda(...)``)."""
+    for frame in frames:
+        path = frame.get("filename", "")
+        if f"{os.sep}torch{os.sep}" in path and "torchinductor" not in path:
+            continue
+        text = linecache.getline(path, frame.get("line", 0)).strip()
+        fx = frame.get("fx_node_name") or frame.get("fx_original_trace")
+        where = f"{os.path.basename(path)}:{frame.get('line')} in {frame.get('name')}"
+        return " ".join(x for x in (where, f"`{text[:90]}`" if text else "",
+                                     f"(node {fx})" if isinstance(fx, str) and fx else "") if x)
+    return "(no Python frame)"
