@@ -45,7 +45,7 @@ class FakeSource:
     def __init__(self, make):
         self.make, self.asked = make, []
 
-    def recorder(self, device, call, what):
+    def recorder(self, device, call, what, events=0):
         self.asked.append((call, what))
         return FakeRecorder(call, what, self.make)
 
@@ -206,6 +206,57 @@ def test_disagreements_and_corrections_are_relative_to_the_prediction():
     assert c.key() != limit.key()
 
 
+
+def test_the_hosts_time_corrects_the_host_lane_and_a_paced_phase_keeps_its_scale():
+    class P:
+        step_ms, step_peak_bytes, fw_compute_ms, bw_compute_ms, kernels = 10.0, 1 << 30, 4.0, 6.0, (100, 200)
+
+    # The forward: 5 ms on the GPU, issued in 4.8 (paced by the host: its GPU time says
+    # nothing of its kernels), 2 ms of it in 20 transfer ops; the backward: issued in 3 ms
+    # of its 6.6, 1 ms in 20 ops.
+    m = measure.Measured(call=3, fw_ms=5.0, bw_ms=6.6, stall_ms=0.0, host_fw_ms=4.8, host_bw_ms=3.0,
+                         host_ops_ms=(2.0, 1.0), ops=(20, 20))
+    c = corrected(Corrections(fw_scale=1.5), P, m)
+    assert c.host_us == (28.0, 10.0)  # (4.8 - 2) ms over 100 kernels; (3 - 1) over 200
+    assert c.op_host_us == (100.0, 50.0)
+    assert c.fw_scale == 1.5  # paced: kept
+    assert c.bw_scale == pytest.approx(1.1)
+    assert "host_us" in c.key() and c.key() != Corrections(fw_scale=1.5).key()
+    unmeasured = corrected(Corrections(), P, measure.Measured(call=3, fw_ms=5.0, bw_ms=6.6, stall_ms=0.0))
+    assert unmeasured.host_us == (0.0, 0.0) and unmeasured.fw_scale == pytest.approx(1.25)
+
+
+def _host_paced(plans, op_ms):
+    """A measurement of the latest plan on a GPU the host keeps waiting: each phase
+    issued in as long as it ran, every transfer op ``op_ms`` of host time."""
+    def make(call):
+        plan = plans[-1]
+        p, ops = plan.predicted, 2 * len(plan.offloaded)
+        fw, bw = p.fw_compute_ms + ops * op_ms, p.bw_compute_ms + ops * op_ms
+        return measure.Measured(call=call, fw_ms=fw, bw_ms=bw, stall_ms=0.0, host_fw_ms=fw, host_bw_ms=bw,
+                                host_ops_ms=(ops * op_ms, ops * op_ms), ops=(ops, ops), held_before_bytes=0,
+                                step_peak_bytes=p.step_peak_bytes, peak_phase="backward")
+    return make
+
+
+def test_transfer_ops_that_a_paced_host_cannot_afford_are_planned_away(source):
+    """The same graph, planned again from a measurement where the host, not the GPU, set
+    the pace and the transfer ops took half the forward's compute: "auto" keeps its
+    overhead by moving a quarter or fewer of the values it moved before."""
+    b = backend(**OPTIONS)
+    first_plan = backend(**OPTIONS, replan=False)
+    _run(first_plan, steps=1)
+    offloaded = len(first_plan.plans[0].offloaded)
+    assert offloaded  # the tiny GPT offloads at "auto" where the host is not measured
+    source(_host_paced(b.plans, op_ms=0.5 * first_plan.plans[0].predicted.fw_compute_ms / (2 * offloaded)))
+    _run(b, steps=6)
+    first, second = b.plans
+    assert len(first.offloaded) == offloaded
+    assert f"in {4 * offloaded} transfer ops" in first.measured_text()
+    assert second.corrections["op_host_us"][0] > 0 and second.corrections["host_us"][0] > 0
+    assert len(second.offloaded) <= offloaded // 4
+    assert second.predicted.step_ms <= second.predicted.baseline_step_ms * 1.03
+
 def test_the_measurement_is_written_to_the_dump_beside_the_prediction(source, tmp_path):
     import json
 
@@ -275,7 +326,7 @@ def test_a_timed_call_during_which_host_memory_was_pinned_or_released_is_measure
         pool.max_idle_bytes = bound
         assert pool.stats().released_blocks > before
 
-    def recorder(device, call, what):
+    def recorder(device, call, what, events=0):
         got = made(device, call, what)
         if (call, what) == (3, "time"):
             probe = got.probe
@@ -469,3 +520,30 @@ def test_nested_memory_calls_of_two_graphs_each_read_their_whole_call(monkeypatc
     ma, mb = a.result(), b.result()
     assert (ma.step_peak_bytes, ma.peak_phase) == (350, "backward")  # 100 + B's 50 + 200
     assert (mb.step_peak_bytes, mb.peak_phase) == (80, "backward")  # above the 100 held at its start
+
+
+def test_a_timed_call_measures_the_hosts_time_and_its_transfer_ops_part(monkeypatch):
+    """The host's time to issue each phase, and the part in the transfer ops' bodies;
+    timing events are made before the call (``events``), not inside it."""
+    import time
+
+    _FakeAllocator().install(monkeypatch)
+    rec = measure.CudaRecorder(torch.device("cuda", 0), 3, "time", events=2)
+    assert len(rec.spare) == 4
+    op = measure.host_timed(lambda: time.sleep(0.02))
+    op()  # not measured: no call is
+    rec.probe("fw_start")
+    time.sleep(0.03)  # the forward's own kernels
+    op()
+    start = measure.copy_started(None)
+    measure.copy_done(None, start, "d2h", 1 << 20)
+    rec.probe("fw_end")
+    rec.probe("bw_start")
+    op()
+    op()
+    rec.probe("bw_end")
+    op()
+    m = rec.result()
+    assert m.ops == (1, 2) and len(rec.spare) == 2 and m.d2h_bytes == 1 << 20
+    assert 20 <= m.host_ops_ms[0] < 35 and 40 <= m.host_ops_ms[1] < 70
+    assert 50 <= m.host_fw_ms < 80 and m.host_ops_ms[1] <= m.host_bw_ms < 70

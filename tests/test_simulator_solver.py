@@ -315,3 +315,46 @@ def test_inductors_estimate_counts_host_copies_so_an_offload_plan_holds_more():
     off = simulate([1], [1] * 5, [T("A", 6 * MB, 0, 0, 0, 0, OFFLOAD)], Lanes(1e6, 1e6),
                    transients=trans)
     assert off.step_peak_bytes == 7 * MB
+
+
+def _hosted(host_us, op_host_us):
+    return dataclasses.replace(LANES, host_us=host_us, op_host_us=op_host_us)
+
+
+def test_a_host_behind_the_gpu_makes_each_transfer_op_step_time():
+    # 20 ops of 10 us each way; the host takes 50 us per op and 100 us per transfer op:
+    # the GPU waits for the host, so the step is the host's time, and A's four transfer
+    # ops (its copy and release, its reload and wait) add 0.4 ms to it.
+    fw, bw = [0.01] * 20, [0.01] * 20
+    lanes = _hosted((50.0, 50.0), (100.0, 100.0))
+    kept = simulate(fw, bw, [T("A", 1000, 2, 2, 15, 15)], lanes)
+    moved = simulate(fw, bw, [T("A", 1000, 2, 2, 15, 15, OFFLOAD)], lanes)
+    assert kept.step_ms == pytest.approx(2.0 + 0.01)  # 40 ops x 50 us issued, then the last runs
+    assert moved.step_ms == pytest.approx(2.4 + 0.01) and moved.stall_ms == 0
+    unmeasured = simulate(fw, bw, [T("A", 1000, 2, 2, 15, 15, OFFLOAD)], LANES)
+    assert unmeasured.step_ms == pytest.approx(0.4)  # the GPU alone: no host lane
+
+
+def test_a_host_far_ahead_of_the_gpu_hides_the_transfer_ops():
+    # The same step with 1 ms ops: the host issues in 1 ms what the GPU runs in 40.
+    fw, bw = [1.0] * 20, [1.0] * 20
+    lanes = _hosted((50.0, 50.0), (100.0, 100.0))
+    kept = simulate(fw, bw, [T("A", MB, 2, 2, 15, 15)], lanes)
+    moved = simulate(fw, bw, [T("A", MB, 2, 2, 15, 15, OFFLOAD)], lanes)
+    assert kept.step_ms == pytest.approx(40.0 + 0.05)  # the first op waits to be issued
+    assert moved.step_ms == kept.step_ms and moved.stall_ms == 0
+
+
+def test_auto_moves_nothing_through_a_host_that_paces_the_step():
+    # The copies hide behind compute either way. With the host ahead, "auto" offloads B;
+    # with the host behind, B's transfer ops would cost 0.4 ms of a 2 ms step and it is
+    # kept, while A, recomputed for one more op's host time (2.5%), still goes.
+    fw, bw = [0.01] * 20, [0.01] * 20
+    ts = [T("A", 1000, 2, 2, 15, 15, rc=0.001), T("B", 1000, 3, 3, 5, 5)]
+    opts = {"A": Option(True, True), "B": Option(True, False, why_not_recompute="random")}
+    ahead = solve(fw, bw, ts, opts, _hosted((1.0, 1.0), (2.0, 2.0)), budget_bytes=None, max_overhead=0.03)
+    assert ahead.decisions["B"] == OFFLOAD
+    paced = _hosted((50.0, 50.0), (100.0, 100.0))
+    behind = solve(fw, bw, ts, opts, paced, budget_bytes=None, max_overhead=0.03)
+    assert behind.decisions == {"A": RECOMPUTE, "B": KEEP}
+    assert behind.result.step_ms <= behind.baseline.step_ms * 1.03

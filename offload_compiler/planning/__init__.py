@@ -5,8 +5,8 @@
   graph with symbolic shapes is planned at.
 - ``liveness``: when each tensor is written and last read, as Inductor will run it.
 - ``simulator`` (with ``step_peak`` and ``copy_lanes``: when copies run, are released
-  and are issued): the step as three lanes (compute, D2H, H2D) and the memory held over
-  time.
+  and are issued): the step as three lanes (compute, D2H, H2D) and the host issuing
+  them, and the memory held over time.
 - ``solver``: the choice per tensor for a budget, on plain lists (no FX).
 - ``facts``: what the simulator and solver need, read off a partition.
 - ``budget``, ``decide``: the budget settled once; decisions as plan records.

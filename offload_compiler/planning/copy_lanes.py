@@ -36,6 +36,13 @@ class Lanes:
     """Compute ops that start while a copy runs take this fraction longer."""
     chained: bool = False
     """The graph is one call of a chain of identical calls (see :mod:`.simulator`)."""
+    host_us: tuple[float, float] = (0.0, 0.0)
+    """The host's time to issue one forward / backward op that takes GPU time,
+    microseconds (its share of Inductor's Python and launches), measured
+    (``replan.Corrections``); ``(0, 0)``: not measured, the host is never behind."""
+    op_host_us: tuple[float, float] = (0.0, 0.0)
+    """The host's time for one transfer op in the forward (``d2h``, ``release``) and in
+    the backward (``h2d``, ``wait``), microseconds, measured."""
 
 
 def copy_ms(nbytes: int, gbps: float) -> float:

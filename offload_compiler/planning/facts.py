@@ -58,6 +58,10 @@ class Facts:
     above recomputation, and those plans ran 2 to 3 ms slower on an H100 than plans
     that offload (``benchmarks/RESULTS.md``, session 4)."""
 
+    def kernels(self) -> tuple[int, int]:
+        """Forward and backward ops that take GPU time (what the host lane counts)."""
+        return sum(ms > 0 for ms in self.fw_ms), sum(ms > 0 for ms in self.bw_ms)
+
 
 def _recompute_chain(joint: dict[str, fx.Node], name: str, saved: set[str]) -> tuple[list[fx.Node], str]:
     """Joint nodes to recompute ``name`` from saved values and inputs, or a reason not to."""

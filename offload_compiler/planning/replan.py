@@ -6,7 +6,12 @@ inputs a measured call of the compiled graph (``runtime.measure.Measured``) corr
 
 - ``fw_scale`` / ``bw_scale``: measured compute time (the call's time less the time
   compute waited for copies) over the estimate, forward and backward apart; every node
-  time of that phase is multiplied by it (recomputations are forward ops: ``fw_scale``);
+  time of that phase is multiplied by it (recomputations are forward ops: ``fw_scale``),
+  except in a phase the host paced (its host time at least ``HOST_BOUND`` of its GPU
+  time: the GPU waited for the host, and its time says nothing of the kernels);
+- ``host_us`` / ``op_host_us``: the host's time per op that takes GPU time (the
+  phase's host time less its transfer ops, over ``Predictions.kernels``) and per
+  transfer op, forward and backward: the simulator's host lane (``Lanes.host_us``);
 - ``d2h_gbps`` / ``h2d_gbps``: the copies' measured bandwidth;
 - ``unmodelled_bytes``: measured step peak less the predicted one; added to every
   predicted step peak after it;
@@ -27,6 +32,8 @@ from ..nbytes import nbytes_text
 
 #: Relative error of a prediction, against the measurement, that makes the backend plan again.
 TOLERANCE = 0.05
+#: A phase whose host time is at least this fraction of its GPU time was paced by the host.
+HOST_BOUND = 0.9
 #: Copies smaller than this in all do not correct the bandwidth (too little to time well).
 MIN_TIMED_COPY_BYTES = 16 << 20
 #: Granularity of the bytes available under ``memory_limit``, as a power of two below
@@ -46,6 +53,8 @@ class Corrections:
     unmodelled_bytes: int = 0
     held_before_bytes: int = 0
     limit_bytes: int | None = None
+    host_us: tuple[float, float] = (0.0, 0.0)
+    op_host_us: tuple[float, float] = (0.0, 0.0)
     measured_call: int | None = None
     """The call of the compiled graph these come from (``None``: not measured)."""
 
@@ -104,10 +113,17 @@ def corrected(previous: Corrections, predicted: Any, measured: Any) -> Correctio
     ``predicted`` (made with ``previous``)."""
     changes: dict[str, Any] = {"measured_call": measured.call}
     fw_compute, bw_compute = measured.fw_compute_ms, measured.bw_compute_ms
-    if predicted.fw_compute_ms > 0 and fw_compute > 0:
+    fw_host, bw_host = measured.host_fw_ms, measured.host_bw_ms
+    if predicted.fw_compute_ms > 0 and fw_compute > 0 and not paced(fw_host, measured.fw_ms):
         changes["fw_scale"] = previous.fw_scale * fw_compute / predicted.fw_compute_ms
-    if predicted.bw_compute_ms > 0 and bw_compute > 0:
+    if predicted.bw_compute_ms > 0 and bw_compute > 0 and not paced(bw_host, measured.bw_ms):
         changes["bw_scale"] = previous.bw_scale * bw_compute / predicted.bw_compute_ms
+    if fw_host is not None and bw_host is not None and all(predicted.kernels):
+        ops_ms, calls = measured.host_ops_ms, measured.ops
+        changes["host_us"] = tuple(round(max(0.0, host - ops) / n * 1e3, 1) for host, ops, n in
+                                   zip((fw_host, bw_host), ops_ms, predicted.kernels))
+        changes["op_host_us"] = tuple(round(ms / n * 1e3, 1) if n else before for ms, n, before in
+                                      zip(ops_ms, calls, previous.op_host_us))
     if measured.d2h_bytes >= MIN_TIMED_COPY_BYTES and measured.d2h_gbps:
         changes["d2h_gbps"] = measured.d2h_gbps
     if measured.h2d_bytes >= MIN_TIMED_COPY_BYTES and measured.h2d_gbps:
@@ -124,3 +140,7 @@ class MemoryLimitError(RuntimeError):
     """No plan fits ``memory_limit``; the message says by how much."""
 
 
+def paced(host_ms: float | None, gpu_ms: float) -> bool:
+    """Whether a phase that took ``gpu_ms`` on the GPU and ``host_ms`` to issue was paced
+    by the host (``HOST_BOUND``); ``False`` when the host was not measured."""
+    return host_ms is not None and gpu_ms > 0 and host_ms >= HOST_BOUND * gpu_ms

@@ -138,7 +138,8 @@ def _cost_model(candidates: list[Candidate], config: OffloadConfig,
     hw = profile_for(device, {**dict(config.hardware or ()), **corrections.hardware()})
     cost = NodeCosts(hw, profile=config.node_costs == "profile",
                      fw_scale=corrections.fw_scale, bw_scale=corrections.bw_scale)
-    return cost, lanes_of(hw, config.copy_margin, chained=config.per_block)
+    lanes = lanes_of(hw, config.copy_margin, chained=config.per_block)
+    return cost, dataclasses.replace(lanes, host_us=corrections.host_us, op_host_us=corrections.op_host_us)
 
 
 def _plan_cost_model(joint_gm, start: Partition, num_fwd_outputs: int, config: OffloadConfig,
@@ -338,7 +339,7 @@ def _simulate(plan: GraphPlan, facts: Facts, baseline: SimResult, lanes: Lanes, 
     final = final_simulation(facts, decisions, lanes)
     plan.simulation, plan.baseline_simulation = final, baseline
     plan.predicted = Predictions.of(baseline, final, budget_bytes, (sum(facts.fw_ms), sum(facts.bw_ms)),
-                                    corrections.unmodelled_bytes)
+                                    corrections.unmodelled_bytes, facts.kernels())
     return final
 
 

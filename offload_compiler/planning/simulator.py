@@ -1,4 +1,4 @@
-"""Timeline simulator: forward and backward as three lanes, compute, D2H and H2D.
+"""Timeline simulator: forward and backward on three lanes (compute, D2H, H2D) and the host.
 
 Pure Python on plain data (no FX, no torch). Times are milliseconds, sizes bytes,
 bandwidths GB/s (1e9 bytes per second).
@@ -19,7 +19,13 @@ The model:
 - a recomputed tensor is not held between its last forward use and backward; it costs
   ``recompute_ms`` of compute right before its first backward use, less ``shared_ms``
   when another tensor of its ``group`` was recomputed before it;
-- a kept tensor is held to its last backward use.
+- a kept tensor is held to its last backward use;
+- the host issues everything in order, from the forward's start: ``Lanes.host_us`` per
+  op that takes GPU time (and per recomputation), ``Lanes.op_host_us`` per transfer op
+  (a D2H copy and its release, a reload and its wait). Nothing starts on the GPU before
+  the host has issued it: where the host is behind (many short kernels), each transfer
+  op is step time; where it is far ahead, it costs nothing. Measured host times only:
+  both are 0 until a measurement corrects them, and the host is then never behind.
 
 Memory counts only saved activations, and each only once forward is done with it
 (after its last forward use): until then every plan holds it alike, for forward's own
@@ -62,16 +68,14 @@ within the call (its backward, with the next call's prefetched reloads) is kept 
 
 from __future__ import annotations
 
-import bisect
 import itertools
-import operator
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..decision import KEEP, OFFLOAD, RECOMPUTE, Decision
 from .copy_lanes import (Lanes, copy_ms, earliest_release, next_call_point, release_bounds,
                          releases_now, reload_points)
-from .step_peak import Transient, step_peak_of
+from .step_peak import Transient, levels_of
 
 
 @dataclass(frozen=True)
@@ -201,8 +205,14 @@ def simulate(fw_ms: list[float], bw_ms: list[float], tensors: list[SimTensor], l
     release_after: dict[str, int] = {}
     fw_slowed, bw_slowed = slowed if slowed is not None else (None, None)
     d2h_gbps, lead = lanes.d2h_gbps, lanes.lead
+    # The host lane (ms): where the host has issued to. Nothing starts before it is issued.
+    (h_fw, h_bw), (o_fw, o_bw) = [(a / 1e3, b / 1e3) for a, b in (lanes.host_us, lanes.op_host_us)]
+    hosted, host = bool(h_fw or h_bw or o_fw or o_bw), 0.0
     for i in range(n_fw):
         ms = fw_ms[i]
+        if hosted and ms > 0:
+            host += h_fw
+            t = max(t, host)
         if d2h_free > t and (fw_slowed is None or fw_slowed[i]):
             ms = ms * slow
         if record and ms > 0:
@@ -216,7 +226,8 @@ def simulate(fw_ms: list[float], bw_ms: list[float], tensors: list[SimTensor], l
                 changes.append((t, x.nbytes))
             for x in at[1]:
                 if x.decision == OFFLOAD:
-                    start = max(t, d2h_free)
+                    host += o_fw
+                    start = max(t, d2h_free, host)
                     dur = copy_ms(x.nbytes, d2h_gbps)
                     copy_end[x.name], copy_time[x.name] = start + dur, dur
                     done_at[x.name] = start + dur * (1 + lead)
@@ -237,6 +248,8 @@ def simulate(fw_ms: list[float], bw_ms: list[float], tensors: list[SimTensor], l
         ready = [p for p in pending if releases_now(p, i, t, done_at[p.name], n_fw)]
         for x in ready:
             release_after[x.name] = i
+            host += o_fw
+            t = max(t, host)
             if chained and i == last_fw:  # left to the next call, which settles it
                 carried_out += x.nbytes
                 changes.append((t, -x.nbytes))
@@ -297,20 +310,24 @@ def simulate(fw_ms: list[float], bw_ms: list[float], tensors: list[SimTensor], l
                     h2d_free = max(h2d_free, landed)
                     changes.append((t, x.nbytes))
                     continue
-                start = max(t, h2d_free) if chained else max(t, h2d_free, copy_end[x.name])
+                host += o_bw
+                start = max(t, h2d_free, host) if chained else max(t, h2d_free, copy_end[x.name], host)
                 reload_end[x.name] = start + dur
                 h2d_free = start + dur
                 changes.append((t, x.nbytes))
                 if record:
                     events.append(("h2d", n_fw + k, x.name, start, start + dur))
         if k == next_call:  # the next call's first reloads, after this call's own
-            prefetch_start = max(t, h2d_free)
+            host += o_bw * len(first)
+            prefetch_start = max(t, h2d_free, host)
             h2d_free = prefetch_start + sum(copy_ms(x.nbytes, h2d_gbps) for x in first)
             changes.append((t, sum(x.nbytes for x in first)))
             if record:
                 events.append(("h2d", n_fw + k, f"next call: {len(first)} reloads", prefetch_start, h2d_free))
         if at is not None:
             for x in at[1]:
+                host += o_bw if x.decision == OFFLOAD else h_bw
+                t = max(t, host)
                 if x.decision == OFFLOAD:
                     wait = max(0.0, reload_end[x.name] - t)
                     stall += wait
@@ -325,6 +342,9 @@ def simulate(fw_ms: list[float], bw_ms: list[float], tensors: list[SimTensor], l
                     t += ms
                     changes.append((t, x.nbytes))
         ms = bw_ms[k]
+        if hosted and ms > 0:
+            host += h_bw
+            t = max(t, host)
         if h2d_free > t and (bw_slowed is None or bw_slowed[k]):
             ms = ms * slow
         if record and ms > 0:
@@ -347,37 +367,9 @@ def simulate(fw_ms: list[float], bw_ms: list[float], tensors: list[SimTensor], l
         changes.append((t, -sum(x.nbytes for x in first)))
 
     # ---- memory ---------------------------------------------------------------
-    times, deltas = list(map(_TIME, changes)), list(map(_DELTA, changes))
-    order = None if in_order else sorted(range(len(changes)), key=times.__getitem__)  # stable
-    if order is not None:
-        times, deltas = [times[j] for j in order], [deltas[j] for j in order]
-    levels = list(itertools.accumulate(deltas))  # bytes held after each change
-    peak = max(levels, default=0)
-    if peak > 0:
-        at = levels.index(peak)  # the first time it is reached
-        peak_t = times[at]
-    else:
-        peak, peak_t = 0, 0.0
-    done = bisect.bisect_right(times, fw_end)  # the changes at or before the end of forward
-    end_fw = levels[done - 1] if done else 0
-    if order is None:
-        between = levels[bw_order - 1] if bw_order else 0
-    else:  # after the last of forward's changes, in time order
-        last = max((p for p, j in enumerate(order) if j < bw_order), default=-1)
-        between = levels[last] if last >= 0 else 0
-    curve = list(zip(times, levels)) if record else []
-    step_peak, step_peak_t = (0, 0.0)
-    if op_span is not None:
-        # Inductor's own estimate, which guards its buffer reuse, counts graph inputs
-        # and outputs on any device: each offloaded tensor's host copy from its copy
-        # to the end of forward, and from the start of backward to its reload.
-        host = [0] * len(op_span)
-        for x in offloaded:
-            for op in (*range(x.produced, n_fw), *range(n_fw, n_fw + reload_before[x.name] + 1)):
-                host[op] += x.nbytes
-        skip = set(outs)
-        activations = [(time_ms, j, delta) for j, (time_ms, delta) in enumerate(changes) if j not in skip]
-        step_peak, step_peak_t = step_peak_of(activations, transients, op_span, n_fw, host)
+    peak, peak_t, end_fw, between, curve, step_peak, step_peak_t = levels_of(
+        changes, outs, bw_order, fw_end, in_order=in_order, record=record, op_span=op_span,
+        transients=transients, offloaded=offloaded, reload_before=reload_before, n_fw=n_fw)
     call_peak = peak
     spill = max(0.0, d2h_free - fw_end)
     if chained:  # what a call holds while the other calls run (module docstring)
@@ -396,8 +388,6 @@ def simulate(fw_ms: list[float], bw_ms: list[float], tensors: list[SimTensor], l
         next_call_before=next_call, prefetched=tuple(x.name for x in first),
     )
 
-
-_TIME, _DELTA = operator.itemgetter(0), operator.itemgetter(1)
 
 
 #: The call before the first one simulated in a chain: nothing spilled or carried, its

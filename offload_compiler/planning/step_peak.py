@@ -26,7 +26,9 @@ a buffer enters or leaves the pool.)
 from __future__ import annotations
 
 import bisect
-from typing import NamedTuple
+import itertools
+import operator
+from typing import Any, NamedTuple
 
 
 class Transient(NamedTuple):
@@ -46,6 +48,52 @@ class Transient(NamedTuple):
     pooled: bool = False
     """Inductor frees it after ``last`` into the pool (not a graph output, not an
     input written over in place)."""
+
+
+_TIME, _DELTA = operator.itemgetter(0), operator.itemgetter(1)
+
+
+def levels_of(changes: list[tuple[float, int]], outs: list[int], bw_order: int, fw_end: float, *,
+              in_order: bool, record: bool, op_span: list[tuple[float, float]] | None,
+              transients: list | None, offloaded: list[Any], reload_before: dict[str, int],
+              n_fw: int) -> tuple[int, float, int, int, list, int, float]:
+    """The simulator's memory figures from its memory ``changes`` (``(time_ms, bytes)``
+    in the order made; ``outs``: which are backward outputs; from ``bw_order`` on,
+    backward's): ``(peak, peak_time, end_of_forward, between, curve, step_peak,
+    step_peak_time)``. ``between`` is what is held after forward's last change; the
+    step peak (with ``op_span`` and ``transients``) counts the host copies of
+    ``offloaded`` tensors as Inductor's estimate does (module docstring)."""
+    times, deltas = list(map(_TIME, changes)), list(map(_DELTA, changes))
+    order = None if in_order else sorted(range(len(changes)), key=times.__getitem__)  # stable
+    if order is not None:
+        times, deltas = [times[j] for j in order], [deltas[j] for j in order]
+    levels = list(itertools.accumulate(deltas))  # bytes held after each change
+    peak = max(levels, default=0)
+    if peak > 0:
+        peak_t = times[levels.index(peak)]  # the first time it is reached
+    else:
+        peak, peak_t = 0, 0.0
+    done = bisect.bisect_right(times, fw_end)  # the changes at or before the end of forward
+    end_fw = levels[done - 1] if done else 0
+    if order is None:
+        between = levels[bw_order - 1] if bw_order else 0
+    else:  # after the last of forward's changes, in time order
+        last = max((p for p, j in enumerate(order) if j < bw_order), default=-1)
+        between = levels[last] if last >= 0 else 0
+    curve = list(zip(times, levels)) if record else []
+    step_peak, step_peak_t = (0, 0.0)
+    if op_span is not None:
+        # Inductor's own estimate, which guards its buffer reuse, counts graph inputs
+        # and outputs on any device: each offloaded tensor's host copy from its copy
+        # to the end of forward, and from the start of backward to its reload.
+        host = [0] * len(op_span)
+        for x in offloaded:
+            for op in (*range(x.produced, n_fw), *range(n_fw, n_fw + reload_before[x.name] + 1)):
+                host[op] += x.nbytes
+        skip = set(outs)
+        activations = [(time_ms, j, delta) for j, (time_ms, delta) in enumerate(changes) if j not in skip]
+        step_peak, step_peak_t = step_peak_of(activations, transients, op_span, n_fw, host)
+    return peak, peak_t, end_fw, between, curve, step_peak, step_peak_t
 
 
 def step_peak_of(mem_deltas, transients, op_span, n_fw, host) -> tuple[int, float]:

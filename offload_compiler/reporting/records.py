@@ -59,6 +59,9 @@ class Predictions(Mapping):
     forward's compute is compared with to correct the estimates (``planning/replan.py``)."""
     bw_compute_ms: float = 0.0
     """The same for the backward's ops (recomputations included)."""
+    kernels: tuple[int, int] = (0, 0)
+    """The forward's and the backward's ops that take GPU time (what the host issues
+    besides the transfer ops): a measurement of the host's time is spread over them."""
 
     def __getitem__(self, key: str) -> Any:
         if key not in self._names():
@@ -86,7 +89,8 @@ class Predictions(Mapping):
 
     @classmethod
     def of(cls, baseline: Any, final: Any, budget_bytes: int | None = None,
-           compute_ms: tuple[float, float] = (0.0, 0.0), unmodelled_bytes: int = 0) -> "Predictions":
+           compute_ms: tuple[float, float] = (0.0, 0.0), unmodelled_bytes: int = 0,
+           kernels: tuple[int, int] = (0, 0)) -> "Predictions":
         """From the simulation of a plan (``final``) and of nothing moved (``baseline``);
         ``unmodelled_bytes`` (measured, ``planning/replan.py``) is added to the step peaks."""
         return cls(
@@ -102,6 +106,7 @@ class Predictions(Mapping):
             budget_bytes=-1 if budget_bytes is None else budget_bytes,
             fw_compute_ms=compute_ms[0],
             bw_compute_ms=compute_ms[1],
+            kernels=kernels,
         )
 
 
@@ -185,6 +190,10 @@ class GraphPlan:
             if gbps:
                 parts.append(f"{way.upper()} {nbytes_text(getattr(m, f'{way}_bytes'))} at {gbps:.1f} GB/s"
                              + (f" vs {planned:.1f} planned" if planned else ""))
+        if getattr(m, "host_fw_ms", None) is not None:  # the host's pace against the GPU's
+            ops = getattr(m, "ops", (0, 0))
+            parts.append(f"host issued the forward in {m.host_fw_ms:.2f} ms and the backward in "
+                         f"{m.host_bw_ms:.2f} ms ({sum(m.host_ops_ms):.2f} ms in {sum(ops)} transfer ops)")
         if m.step_peak_bytes is not None:
             parts.append(f"step peak {nbytes_text(m.step_peak_bytes)} measured vs {nbytes_text(p.step_peak_bytes)} "
                          f"predicted ({_signed(p.step_peak_bytes / m.step_peak_bytes - 1) if m.step_peak_bytes else 'n/a'}), "
