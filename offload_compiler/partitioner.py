@@ -10,6 +10,7 @@ scope of one ``compile_fx`` call, never globally.
 from __future__ import annotations
 
 import dataclasses
+import gc
 import hashlib
 import itertools
 import logging
@@ -78,9 +79,19 @@ class OffloadPartitioner(CustomPartitionerFn):
         self, gm: fx.GraphModule, joint_inputs: Sequence[object], **kwargs: Any
     ) -> tuple[fx.GraphModule, fx.GraphModule]:
         t0 = time.perf_counter()
+        # Planning makes many short-lived FX objects (a min-cut per "auto" probe), and
+        # every full collection they set off walks all that Dynamo and AOTAutograd hold:
+        # 2.3 of 8.8 CPU s planning ViT-B/16 at "auto" (benchmarks/RESULTS.md, session
+        # 15). That heap is frozen (not collected) for this call, unless someone froze
+        # objects before: unfreezing would release theirs too.
+        freeze = gc.isenabled() and gc.get_freeze_count() == 0
+        if freeze:
+            gc.freeze()
         try:
             return self._partition_and_plan(gm, joint_inputs, **kwargs)
         finally:
+            if freeze:
+                gc.unfreeze()
             self.seconds += time.perf_counter() - t0
 
     def _partition_and_plan(
