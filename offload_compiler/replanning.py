@@ -100,8 +100,8 @@ class MeasuredGraph:
         recorder = None
         if what is not None and torch.is_grad_enabled():
             # Each offloaded value: a copy and a wait in the forward, the same in the backward.
-            expected = 4 * len(self.plan.offloaded) if what == "time" else 0
-            recorder = measure.source.recorder(self.device, self.calls, what, expected)
+            intervals = 4 * len(self.plan.offloaded) if what == "time" else 0
+            recorder = measure.source.recorder(self.device, self.calls, what, intervals)
         if recorder is None:
             if what is not None and not torch.is_grad_enabled():
                 self.first += 1  # measure a training call

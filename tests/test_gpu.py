@@ -405,7 +405,7 @@ def test_measurement_matches_the_allocator_and_names_what_holds_the_peak():
     if measured[-1].offloaded:
         assert m.d2h_bytes > 0 and m.h2d_bytes > 0 and m.d2h_gbps > 1
         n = len(measured[-1].offloaded)
-        assert m.ops == (2 * n, 2 * n) and 0 < m.host_ops_ms[0] < m.host_fw_ms
+        assert m.transfer_ops == (2 * n, 2 * n) and 0 < m.host_transfer_ms[0] < m.host_fw_ms
 
 
 def test_the_timed_call_runs_without_the_allocators_history():
@@ -415,8 +415,8 @@ def test_the_timed_call_runs_without_the_allocators_history():
     seen = []
 
     class Watching(measure.CudaSource):
-        def recorder(self, device, call, what, events=0):
-            rec = super().recorder(device, call, what, events)
+        def recorder(self, device, call, what, intervals=0):
+            rec = super().recorder(device, call, what, intervals)
             if rec is None:
                 return None
             probe = rec.probe

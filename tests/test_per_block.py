@@ -469,7 +469,7 @@ class _Probes:
     def __init__(self, order):
         self.order = order
 
-    def recorder(self, device, call, what, events=0):
+    def recorder(self, device, call, what, intervals=0):
         order = self.order
 
         class Recorder:

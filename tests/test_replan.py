@@ -45,7 +45,7 @@ class FakeSource:
     def __init__(self, make):
         self.make, self.asked = make, []
 
-    def recorder(self, device, call, what, events=0):
+    def recorder(self, device, call, what, intervals=0):
         self.asked.append((call, what))
         return FakeRecorder(call, what, self.make)
 
@@ -215,7 +215,7 @@ def test_the_hosts_time_corrects_the_host_lane_and_a_paced_phase_keeps_its_scale
     # nothing of its kernels), 2 ms of it in 20 transfer ops; the backward: issued in 3 ms
     # of its 6.6, 1 ms in 20 ops.
     m = measure.Measured(call=3, fw_ms=5.0, bw_ms=6.6, stall_ms=0.0, host_fw_ms=4.8, host_bw_ms=3.0,
-                         host_ops_ms=(2.0, 1.0), ops=(20, 20))
+                         host_transfer_ms=(2.0, 1.0), transfer_ops=(20, 20))
     c = corrected(Corrections(fw_scale=1.5), P, m)
     assert c.host_us == (28.0, 10.0)  # (4.8 - 2) ms over 100 kernels; (3 - 1) over 200
     assert c.op_host_us == (100.0, 50.0)
@@ -234,7 +234,7 @@ def _host_paced(plans, op_ms):
         p, ops = plan.predicted, 2 * len(plan.offloaded)
         fw, bw = p.fw_compute_ms + ops * op_ms, p.bw_compute_ms + ops * op_ms
         return measure.Measured(call=call, fw_ms=fw, bw_ms=bw, stall_ms=0.0, host_fw_ms=fw, host_bw_ms=bw,
-                                host_ops_ms=(ops * op_ms, ops * op_ms), ops=(ops, ops), held_before_bytes=0,
+                                host_transfer_ms=(ops * op_ms, ops * op_ms), transfer_ops=(ops, ops), held_before_bytes=0,
                                 step_peak_bytes=p.step_peak_bytes, peak_phase="backward")
     return make
 
@@ -326,7 +326,7 @@ def test_a_timed_call_during_which_host_memory_was_pinned_or_released_is_measure
         pool.max_idle_bytes = bound
         assert pool.stats().released_blocks > before
 
-    def recorder(device, call, what, events=0):
+    def recorder(device, call, what, intervals=0):
         got = made(device, call, what)
         if (call, what) == (3, "time"):
             probe = got.probe
@@ -528,7 +528,7 @@ def test_a_timed_call_measures_the_hosts_time_and_its_transfer_ops_part(monkeypa
     import time
 
     _FakeAllocator().install(monkeypatch)
-    rec = measure.CudaRecorder(torch.device("cuda", 0), 3, "time", events=2)
+    rec = measure.CudaRecorder(torch.device("cuda", 0), 3, "time", intervals=2)
     assert len(rec.spare) == 4
     op = measure.host_timed(lambda: time.sleep(0.02))
     op()  # not measured: no call is
@@ -544,6 +544,6 @@ def test_a_timed_call_measures_the_hosts_time_and_its_transfer_ops_part(monkeypa
     rec.probe("bw_end")
     op()
     m = rec.result()
-    assert m.ops == (1, 2) and len(rec.spare) == 2 and m.d2h_bytes == 1 << 20
-    assert 20 <= m.host_ops_ms[0] < 35 and 40 <= m.host_ops_ms[1] < 70
-    assert 50 <= m.host_fw_ms < 80 and m.host_ops_ms[1] <= m.host_bw_ms < 70
+    assert m.transfer_ops == (1, 2) and len(rec.spare) == 2 and m.d2h_bytes == 1 << 20
+    assert 20 <= m.host_transfer_ms[0] < 35 and 40 <= m.host_transfer_ms[1] < 70
+    assert 50 <= m.host_fw_ms < 80 and m.host_transfer_ms[1] <= m.host_bw_ms < 70

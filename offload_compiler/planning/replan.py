@@ -119,7 +119,7 @@ def corrected(previous: Corrections, predicted: Any, measured: Any) -> Correctio
     if predicted.bw_compute_ms > 0 and bw_compute > 0 and not paced(bw_host, measured.bw_ms):
         changes["bw_scale"] = previous.bw_scale * bw_compute / predicted.bw_compute_ms
     if fw_host is not None and bw_host is not None and all(predicted.kernels):
-        ops_ms, calls = measured.host_ops_ms, measured.ops
+        ops_ms, calls = measured.host_transfer_ms, measured.transfer_ops
         changes["host_us"] = tuple(round(max(0.0, host - ops) / n * 1e3, 1) for host, ops, n in
                                    zip((fw_host, bw_host), ops_ms, predicted.kernels))
         changes["op_host_us"] = tuple(round(ms / n * 1e3, 1) if n else before for ms, n, before in

@@ -389,7 +389,6 @@ def simulate(fw_ms: list[float], bw_ms: list[float], tensors: list[SimTensor], l
     )
 
 
-
 #: The call before the first one simulated in a chain: nothing spilled or carried, its
 #: prefetch of the first reloads long done.
 FIRST_CALL = SimResult(step_ms=0.0, fw_ms=0.0, bw_ms=0.0, stall_ms=0.0, peak_bytes=0,

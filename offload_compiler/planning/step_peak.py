@@ -1,4 +1,10 @@
-"""The step peak: activations plus every other tensor the step writes.
+"""The simulator's memory figures: the activation peak and the step peak.
+
+:func:`levels_of` turns the simulator's memory changes into its figures (the activation
+peak, what is held at the end of forward, the curve) and, with the transients, the step
+peak, which :func:`step_peak_of` works out as follows.
+
+The step peak: activations plus every other tensor the step writes.
 
 The *step peak* adds what the activation peak leaves out: every other tensor the step
 writes to memory (``transients``: forward intermediates until their last forward use,

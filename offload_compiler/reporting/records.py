@@ -190,10 +190,10 @@ class GraphPlan:
             if gbps:
                 parts.append(f"{way.upper()} {nbytes_text(getattr(m, f'{way}_bytes'))} at {gbps:.1f} GB/s"
                              + (f" vs {planned:.1f} planned" if planned else ""))
-        if getattr(m, "host_fw_ms", None) is not None:  # the host's pace against the GPU's
-            ops = getattr(m, "ops", (0, 0))
+        if m.host_fw_ms is not None:  # the host's pace against the GPU's
             parts.append(f"host issued the forward in {m.host_fw_ms:.2f} ms and the backward in "
-                         f"{m.host_bw_ms:.2f} ms ({sum(m.host_ops_ms):.2f} ms in {sum(ops)} transfer ops)")
+                         f"{m.host_bw_ms:.2f} ms ({sum(m.host_transfer_ms):.2f} ms in "
+                         f"{sum(m.transfer_ops)} transfer ops)")
         if m.step_peak_bytes is not None:
             parts.append(f"step peak {nbytes_text(m.step_peak_bytes)} measured vs {nbytes_text(p.step_peak_bytes)} "
                          f"predicted ({_signed(p.step_peak_bytes / m.step_peak_bytes - 1) if m.step_peak_bytes else 'n/a'}), "

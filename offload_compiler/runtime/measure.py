@@ -75,9 +75,9 @@ class Measured:
     the pace. ``None``: not measured."""
     host_bw_ms: float | None = None
     """The same for the backward."""
-    host_ops_ms: tuple[float, float] = (0.0, 0.0)
+    host_transfer_ms: tuple[float, float] = (0.0, 0.0)
     """Host time in the transfer ops' bodies, forward and backward (part of the above)."""
-    ops: tuple[int, int] = (0, 0)
+    transfer_ops: tuple[int, int] = (0, 0)
     """Transfer ops called, forward and backward."""
     events: list[dict[str, Any]] = field(default_factory=list)
     """The measured schedule: the forward and backward on the compute lane, each stall
@@ -120,11 +120,11 @@ class Recorder(Protocol):
 
 
 class Source(Protocol):
-    def recorder(self, device: torch.device, call: int, what: str, events: int = 0) -> Recorder | None:
+    def recorder(self, device: torch.device, call: int, what: str, intervals: int = 0) -> Recorder | None:
         """A recorder for ``call`` of a graph on ``device``, measuring ``what``:
         ``"memory"`` (the allocator's records; its Python stacks slow the host, so time is
         measured in another call) or ``"time"``; ``None`` where it cannot measure.
-        ``events``: how many copies and waits the call is expected to time."""
+        ``intervals``: how many copies and waits the call is expected to time."""
 
 
 #: The recorder of the graph whose forward or backward is running, if it is measured.
@@ -134,7 +134,7 @@ active: "CudaRecorder | None" = None
 class CudaRecorder:
     """Measures one call on a CUDA device (see the module docstring)."""
 
-    def __init__(self, device: torch.device, call: int, what: str, events: int = 0) -> None:
+    def __init__(self, device: torch.device, call: int, what: str, intervals: int = 0) -> None:
         self.device = device
         self.call = call
         self.what = what
@@ -150,11 +150,15 @@ class CudaRecorder:
         self.trace: list[dict[str, Any]] | None = None
         """The allocator's records of the call (memory), read when its backward ended."""
         self.host: dict[str, float] = {}  # perf_counter at each phase
-        self.side = 0  # 0 in the forward, 1 in the backward
         self.op_s, self.own_s, self.op_calls = [0.0, 0.0], [0.0, 0.0], [0, 0]
         self.spare: list[torch.cuda.Event] = []
-        if what == "time" and events:
-            self.reserve(2 * events)
+        if what == "time" and intervals:
+            self.reserve(2 * intervals)  # a start and an end each
+
+    @property
+    def side(self) -> int:
+        """0 in the forward, 1 in the backward (from the last phase probed)."""
+        return int(self.phase.startswith("bw"))
 
     def reserve(self, n: int) -> None:
         """Make ``n`` timing events now, outside the measured call (created there, each
@@ -195,7 +199,6 @@ class CudaRecorder:
         event.record(torch.cuda.current_stream(self.device))
         self.events[phase] = event
         active = self if phase in ("fw_start", "bw_start") and self.what == "time" else None
-        self.side = int(phase.startswith("bw"))
         if phase.endswith("_start"):
             self.host[phase] = time.perf_counter()
 
@@ -258,8 +261,8 @@ class CudaRecorder:
             ms = [(self.host[f"{p}_end"] - self.host[f"{p}_start"] - own) * 1e3
                   for p, own in zip(("fw", "bw"), self.own_s)]
             out.host_fw_ms, out.host_bw_ms = ms
-            out.host_ops_ms = tuple((op - own) * 1e3 for op, own in zip(self.op_s, self.own_s))
-            out.ops = tuple(self.op_calls)
+            out.host_transfer_ms = tuple((op - own) * 1e3 for op, own in zip(self.op_s, self.own_s))
+            out.transfer_ops = tuple(self.op_calls)
         if self.trace is not None:
             history.replay(self, out)
         return out
@@ -307,12 +310,12 @@ def stall_after(stream: torch.cuda.Stream, before: torch.cuda.Event) -> None:
 class CudaSource:
     """Measures on CUDA devices, outside CUDA graph capture; elsewhere nothing."""
 
-    def recorder(self, device: torch.device, call: int, what: str, events: int = 0) -> Recorder | None:
+    def recorder(self, device: torch.device, call: int, what: str, intervals: int = 0) -> Recorder | None:
         if device.type != "cuda" or not torch.cuda.is_available():
             return None
         if torch.cuda.is_current_stream_capturing():
             return None
-        return CudaRecorder(device, call, what, events)
+        return CudaRecorder(device, call, what, intervals)
 
 
 source: Source = CudaSource()
