@@ -49,6 +49,11 @@ log = logging.getLogger("offload_compiler")
 _graph_ids = itertools.count()
 
 
+#: Allocations between young-generation collections while the partitioner plans
+#: (Python's default is 700).
+_PLANNING_GC_THRESHOLD = 14_000
+
+
 class OffloadPartitioner(CustomPartitionerFn):
     """Partition, plan and rewrite one joint graph.
 
@@ -83,14 +88,19 @@ class OffloadPartitioner(CustomPartitionerFn):
         # every full collection they set off walks all that Dynamo and AOTAutograd hold:
         # 2.3 of 8.8 CPU s planning ViT-B/16 at "auto" (benchmarks/RESULTS.md, session
         # 15). That heap is frozen (not collected) for this call, unless someone froze
-        # objects before: unfreezing would release theirs too.
+        # objects before: unfreezing would release theirs too. What planning itself keeps
+        # (each probe's graphs) is walked by the collections that remain; they run a
+        # twentieth as often while it plans.
         freeze = gc.isenabled() and gc.get_freeze_count() == 0
+        threshold = gc.get_threshold()
         if freeze:
             gc.freeze()
+            gc.set_threshold(max(threshold[0], _PLANNING_GC_THRESHOLD), *threshold[1:])
         try:
             return self._partition_and_plan(gm, joint_inputs, **kwargs)
         finally:
             if freeze:
+                gc.set_threshold(*threshold)
                 gc.unfreeze()
             self.seconds += time.perf_counter() - t0
 

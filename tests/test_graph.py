@@ -375,9 +375,10 @@ def test_inductors_compile_workers_start_before_the_planner(monkeypatch):
 
 @pytest.mark.parametrize("frozen_before", [False, True])
 def test_the_partitioner_freezes_the_heap_only_while_it_plans(monkeypatch, frozen_before):
-    """Planning runs with what existed before it frozen (no full collection walks it);
-    afterwards the freeze is gone. Objects a caller froze before stay frozen: the
-    partitioner then freezes nothing (unfreezing would release theirs)."""
+    """Planning runs with what existed before it frozen (no full collection walks it)
+    and with collections made rarer; afterwards the freeze is gone and the thresholds
+    are the caller's again. Objects a caller froze before stay frozen: the partitioner
+    then changes nothing (unfreezing would release theirs)."""
     import gc
 
     from offload_compiler import partitioner
@@ -385,17 +386,23 @@ def test_the_partitioner_freezes_the_heap_only_while_it_plans(monkeypatch, froze
     seen = []
     real = partitioner.OffloadPartitioner._partition_and_plan
     monkeypatch.setattr(partitioner.OffloadPartitioner, "_partition_and_plan",
-                        lambda self, *a, **k: seen.append(gc.get_freeze_count()) or real(self, *a, **k))
+                        lambda self, *a, **k: seen.append((gc.get_freeze_count(), gc.get_threshold()))
+                        or real(self, *a, **k))
     assert gc.get_freeze_count() == 0
+    thresholds = gc.get_threshold()
     if frozen_before:
         gc.freeze()
     before = gc.get_freeze_count()
     try:
         torch.compile(NormGeluMLP(), backend=backend(**loopback(memory_budget=0.5), inner_compiler="eager"))(
             torch.randn(8, 32)).sum().backward()
+        assert seen and gc.get_threshold() == thresholds
         if frozen_before:  # still frozen (less what was freed), and nothing added
-            assert seen and 0 < gc.get_freeze_count() <= before and seen[0] <= before
+            assert 0 < gc.get_freeze_count() <= before and seen[0][0] <= before
+            assert seen[0][1] == thresholds
         else:
-            assert seen and seen[0] > 0 and gc.get_freeze_count() == 0
+            assert seen[0][0] > 0 and gc.get_freeze_count() == 0
+            assert seen[0][1][0] >= partitioner._PLANNING_GC_THRESHOLD > thresholds[0]
+            assert seen[0][1][1:] == thresholds[1:]
     finally:
         gc.unfreeze()

@@ -256,26 +256,25 @@ def _greedy(problem: _Problem, budget_bytes: int | None) -> Solution:
     def round_trip_ms(x: SimTensor) -> float:
         return copy_ms(x.nbytes, lanes.d2h_gbps) + copy_ms(x.nbytes, lanes.h2d_gbps)
 
-    def priced_choices(x: SimTensor) -> list[tuple[float, Decision]]:
-        """What may be done with ``x``, cheapest first, with its cost in ms."""
-        found = []
-        if options[x.name].can_offload:
-            found.append((round_trip_ms(x), OFFLOAD))
+    def choices(x: SimTensor) -> list[tuple[float, Decision]]:
+        found = [(round_trip_ms(x), OFFLOAD)] if options[x.name].can_offload else []
         if options[x.name].can_recompute:
             found.append((rc_ms(x), RECOMPUTE))
         return sorted(found)
 
-    def cost_ms(x: SimTensor) -> float:
-        return min((ms for ms, _ in priced_choices(x)), default=float("inf"))
+    # What may be done with each tensor, cheapest first, with its cost in ms: fixed for
+    # the problem, so worked out once, not at every step of phases 2 and 4.
+    priced = {x.name: choices(x) for x in tensors}
+    cheapest = {name: min((ms for ms, _ in found), default=float("inf")) for name, found in priced.items()}
 
     untried = [x for x in tensors if free(x)]
     while untried and current.peak_bytes > target:
         gap = current.peak_bytes - target
-        x = min(untried, key=lambda x: (cost_ms(x) / max(min(x.nbytes, gap), 1), x.name))
+        x = min(untried, key=lambda x: (cheapest[x.name] / max(min(x.nbytes, gap), 1), x.name))
         untried.remove(x)
         if not free(x):
             continue
-        for _, choice in priced_choices(x):
+        for _, choice in priced[x.name]:
             if try_change(x, choice, limit_ms):
                 break
 
@@ -310,16 +309,16 @@ def _greedy(problem: _Problem, budget_bytes: int | None) -> Solution:
                                and options[y.name].forced is None]
         while result.peak_bytes > bound and rank < SWAP_TRIES and others and spent < undo_gain(x):
             gap = result.peak_bytes - bound
-            y = min(others, key=lambda y: (cost_ms(y) / max(min(y.nbytes, gap), 1), y.name))
+            y = min(others, key=lambda y: (cheapest[y.name] / max(min(y.nbytes, gap), 1), y.name))
             others.remove(y)
-            for _, choice in priced_choices(y):
+            for _, choice in priced[y.name]:
                 attempt = {**trial, y.name: choice}
                 if choice == OFFLOAD and over_host_cap(attempt):
                     continue
                 got = run(attempt)
                 if got.peak_bytes < result.peak_bytes:
                     trial, result = attempt, got
-                    spent += cost_ms(y)
+                    spent += cheapest[y.name]
                     break
         if result.peak_bytes <= bound and result.step_ms < current.step_ms - tol:
             decisions.update(trial)
