@@ -48,7 +48,7 @@ from typing import Iterator, List, NamedTuple, Optional
 import torch
 from torch import Tensor
 
-from . import ops
+from . import ops, streams
 from .pool import HostBlock, host_pool
 
 log = logging.getLogger(__name__)
@@ -214,7 +214,7 @@ def settle(device: torch.device) -> None:
         _state.carried = [c for c in _state.carried if c[0].device != device]
     for src, event in mine:
         if event is not None:
-            torch.cuda.current_stream(src.device).wait_event(event)
+            streams.current(src.device).wait_event(event)
         if _log is not None:
             _log.append(Step("settle", None, _label(src)))
 
@@ -320,7 +320,7 @@ def _discard(got: _Prefetched) -> None:
     """Drop a prefetched reload nobody took: its memory may be reused by the compute
     stream only after its copy is done."""
     if got.done is not None:
-        torch.cuda.current_stream(got.out.device).wait_event(got.done)
+        streams.current(got.out.device).wait_event(got.done)
     if _log is not None:
         _log.append(Step("discard", got.spec.call, _label(got.out)))
     log.debug("offload: a reload prefetched for the next block was not used (its backward "

@@ -89,7 +89,9 @@ def copy_to_host(src: Tensor, keep_strides: bool) -> Tensor:
             f"offload.d2h: planned as dense but got shape {tuple(src.shape)} strides "
             f"{src.stride()}; refusing to copy (please report this)"
         )
-    like = torch.empty_strided(src.shape, _host_strides(src, keep_strides), dtype=src.dtype, device="meta")
+    # What the host copy looks like: ``src`` itself when dense (no meta tensor to make).
+    like = src if keep_strides else torch.empty_strided(
+        src.shape, _host_strides(src, False), dtype=src.dtype, device="meta")
     if src.device.type == "cuda":
         return _d2h_cuda(src, like)
     got = host_pool().acquire(like, pinned=False)
@@ -108,7 +110,7 @@ def _device_copy(src: Tensor, like: Tensor) -> Tensor:
 
 
 def _d2h_cuda(src: Tensor, like: Tensor) -> Tensor:
-    compute = torch.cuda.current_stream(src.device)  # the live stream, read first
+    compute = streams.current(src.device)  # the live stream, read first
     got = host_pool().acquire(like, pinned=True)
     if got is None:
         return _device_copy(src, like)
@@ -148,7 +150,7 @@ def release_source(src: Tensor, host: Tensor) -> None:
         return
     block = host_pool().lookup(host)
     if block is not None and block.ready_event is not None:
-        _wait(torch.cuda.current_stream(src.device), block.ready_event)
+        _wait(streams.current(src.device), block.ready_event)
 
 
 def _wait(compute: torch.cuda.Stream, event: torch.cuda.Event) -> None:
@@ -190,7 +192,7 @@ def issue_copy_to_device(host: Tensor, target: torch.device, stride: Optional[Li
     if host.device.type != "cpu" or target.type != "cuda":  # loopback, or d2h fell back
         out.copy_(host)
         return out
-    compute = torch.cuda.current_stream(target)  # the live stream, read first
+    compute = streams.current(target)  # the live stream, read first
     stream = streams.copy_stream(target, streams.H2D)
     # The copy writes memory the compute stream allocated: order it after compute so
     # far, and after the D2H copy that filled the host buffer.
@@ -239,7 +241,7 @@ def wait_for_copy(x: Tensor) -> None:
         return
     event = _pending.pop(x.untyped_storage().data_ptr(), None)
     if event is not None:
-        _wait(torch.cuda.current_stream(x.device), event)
+        _wait(streams.current(x.device), event)
 
 
 def _nothing(*args) -> None:
