@@ -202,7 +202,7 @@ class MeasuredGraph:
                             "measurement (%s); keeping this plan", plan.graph_id, "; ".join(why))
             self.done = True
             return
-        corrections = corrected(self.corrections, plan.predicted, timed)
+        corrections = corrected(self.corrections, plan.predicted, timed, plan.resimulate)
         log.info("offload: graph %d: planning again from the measurement (%s)",
                  plan.graph_id, "; ".join(why))
         compiled, new_plan = self.recompile(corrections, args)

@@ -226,6 +226,42 @@ def test_the_hosts_time_corrects_the_host_lane_and_a_paced_phase_keeps_its_scale
     assert unmeasured.host_us == (0.0, 0.0) and unmeasured.fw_scale == pytest.approx(1.25)
 
 
+def test_compute_scales_are_fitted_so_time_waiting_for_the_host_counts_once():
+    """A GPU whose kernels run 1.5x (forward) and 1.3x (backward) the estimate, issued
+    by a host about as slow as the average kernel: the measured phases include the
+    GPU's waits for the host. Fitted by simulating the measured plan again with the
+    measured host, the scales come out as the kernels' own, and the plan's simulation
+    with them takes the measured time per phase; taken as measured compute over
+    predicted (no simulation), they also hold the waits, which the host lane then
+    counts again."""
+    b = backend(**OPTIONS, memory_budget=0.5, replan=False)
+    _run(b, steps=1)
+    (plan,) = b.plans
+    p = plan.predicted
+    assert plan.offloaded and plan.resimulate is not None
+    host_us = tuple(round(0.9 * ms / n * 1e3, 1) for ms, n in zip((p.fw_compute_ms, p.bw_compute_ms), p.kernels))
+    op_host_us = (2.0, 2.0)
+    truth = plan.resimulate(1.5, 1.3, host_us=host_us, op_host_us=op_host_us)
+    unpaced = plan.resimulate(1.5, 1.3)
+    assert truth.fw_ms > unpaced.fw_ms * 1.02  # the host held the GPU back
+    ops = 2 * len(plan.offloaded)
+    m = measure.Measured(
+        call=3, fw_ms=truth.fw_ms, bw_ms=truth.bw_ms, stall_ms=truth.stall_ms, fw_stall_ms=0.0,
+        host_fw_ms=host_us[0] * p.kernels[0] / 1e3 + ops * op_host_us[0] / 1e3,
+        host_bw_ms=host_us[1] * p.kernels[1] / 1e3 + ops * op_host_us[1] / 1e3,
+        host_transfer_ms=(ops * op_host_us[0] / 1e3, ops * op_host_us[1] / 1e3), transfer_ops=(ops, ops))
+    fitted = corrected(Corrections(), p, m, plan.resimulate)
+    assert fitted.host_us == pytest.approx(host_us, rel=1e-3)
+    assert fitted.fw_scale == pytest.approx(1.5, rel=0.01)
+    assert fitted.bw_scale == pytest.approx(1.3, rel=0.01)
+    again = plan.resimulate(fitted.fw_scale, fitted.bw_scale, host_us=fitted.host_us, op_host_us=fitted.op_host_us)
+    assert again.fw_ms == pytest.approx(m.fw_ms, rel=0.005) and again.bw_ms == pytest.approx(m.bw_ms, rel=0.005)
+    ratio = corrected(Corrections(), p, m)  # no simulation: the waits in the scales too
+    assert ratio.fw_scale > 1.5 * 1.02
+    double = plan.resimulate(ratio.fw_scale, ratio.bw_scale, host_us=ratio.host_us, op_host_us=ratio.op_host_us)
+    assert double.step_ms > m.step_ms * 1.02
+
+
 def _host_paced(plans, op_ms):
     """A measurement of the latest plan on a GPU the host keeps waiting: each phase
     issued in as long as it ran, every transfer op ``op_ms`` of host time."""

@@ -172,7 +172,8 @@ def load(key: str) -> CachedPlan | None:
 def store(key: str, entry: CachedPlan) -> None:
     """Write the entry atomically; a folder that cannot be written is warned about once."""
     path = _path(key)
-    entry = dataclasses.replace(entry, plan=dataclasses.replace(entry.plan, fw_graph=None, bw_graph=None))
+    entry = dataclasses.replace(entry, plan=dataclasses.replace(entry.plan, fw_graph=None, bw_graph=None,
+                                                            resimulate=None))
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")

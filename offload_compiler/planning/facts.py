@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from typing import Any, Callable
 
 import torch.fx as fx
 from torch.utils.checkpoint import CheckpointPolicy
@@ -216,3 +217,25 @@ def final_simulation(facts: Facts, decisions: dict[str, Decision], lanes: Lanes)
                       transients=facts.transients)
     result.origins = Origins(facts.fw_nodes, facts.bw_nodes)  # named when a report asks
     return result
+
+
+def resimulation(facts: Facts, decisions: dict[str, Decision], lanes: Lanes,
+                 final: SimResult) -> Callable[..., SimResult]:
+    """The plan of ``final`` (its ``decisions`` on this partition, its copies released
+    and reloaded where ``final`` put them, as compiled) simulated again as
+    ``again(fw_k, bw_k, **lanes_changes)``: forward op times (recomputations included)
+    ``fw_k`` times, backward ones ``bw_k`` times what they were, with ``lanes_changes``
+    (measured host times, bandwidths). What a measurement's times are fitted with
+    (``replan.corrected``)."""
+    tensors = [dataclasses.replace(x, decision=decisions.get(x.name, KEEP),
+                                   release_after=final.release_after.get(x.name),
+                                   reload_before=final.reload_before.get(x.name)) for x in facts.tensors]
+
+    def again(fw_k: float, bw_k: float, **lanes_changes: Any) -> SimResult:
+        scaled = [dataclasses.replace(x, recompute_ms=x.recompute_ms * fw_k, shared_ms=x.shared_ms * fw_k)
+                  for x in tensors]
+        return simulate([ms * fw_k for ms in facts.fw_ms], [ms * bw_k for ms in facts.bw_ms], scaled,
+                        dataclasses.replace(lanes, **lanes_changes), bw_out_bytes=facts.bw_out_bytes,
+                        slowed=facts.slowed)
+    return again
+

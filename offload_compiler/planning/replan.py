@@ -4,11 +4,15 @@ A plan is made from estimates: node times from a roofline, copy bandwidth from a
 calibration, memory from a model of Inductor's buffers. :class:`Corrections` are the
 inputs a measured call of the compiled graph (``runtime.measure.Measured``) corrects:
 
-- ``fw_scale`` / ``bw_scale``: measured compute time (the call's time less the time
-  compute waited for copies) over the estimate, forward and backward apart; every node
-  time of that phase is multiplied by it (recomputations are forward ops: ``fw_scale``),
-  except in a phase the host paced (its host time at least ``HOST_BOUND`` of its GPU
-  time: the GPU waited for the host, and its time says nothing of the kernels);
+- ``fw_scale`` / ``bw_scale``: every node time of that phase is multiplied by it
+  (recomputations are forward ops: ``fw_scale``). Fitted (:func:`fitted_scales`): the
+  factor under which the measured plan, simulated again with the measured host and
+  bandwidths, takes each phase's measured time; so the time the GPU waited for the host
+  counts once, in the host lane, not also in the kernels' scale. Without a simulation
+  of the plan (one from the plan cache): measured compute (the call's time less the
+  time compute waited for copies) over the estimate, except in a phase the host paced
+  (host time at least ``HOST_BOUND`` of its GPU time: its time says nothing of the
+  kernels);
 - ``host_us`` / ``op_host_us``: the host's time per op that takes GPU time (the
   phase's host time less its transfer ops, over ``Predictions.kernels``) and per
   transfer op, forward and backward: the simulator's host lane (``Lanes.host_us``);
@@ -26,7 +30,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 from ..nbytes import nbytes_text
 
@@ -34,6 +38,12 @@ from ..nbytes import nbytes_text
 TOLERANCE = 0.05
 #: A phase whose host time is at least this fraction of its GPU time was paced by the host.
 HOST_BOUND = 0.9
+#: A compute scale is fitted (``fitted_scales``) to within this fraction of a phase's
+#: measured time, searched over factors within ``FIT_RANGE`` of the previous scale, in
+#: ``FIT_STEPS`` halvings (a factor known to 16**(2**-12), 0.07%).
+FIT_SLACK = 0.002
+FIT_RANGE = 16.0
+FIT_STEPS = 12
 #: Copies smaller than this in all do not correct the bandwidth (too little to time well).
 MIN_TIMED_COPY_BYTES = 16 << 20
 #: Granularity of the bytes available under ``memory_limit``, as a power of two below
@@ -108,16 +118,19 @@ def over_limit(measured: Any, corrections: Corrections) -> int:
     return max(0, measured.held_before_bytes + measured.step_peak_bytes - corrections.limit_bytes)
 
 
-def corrected(previous: Corrections, predicted: Any, measured: Any) -> Corrections:
+def corrected(previous: Corrections, predicted: Any, measured: Any,
+              resimulate: Callable[..., Any] | None = None) -> Corrections:
     """New planner inputs: ``previous`` corrected by how ``measured`` differs from
-    ``predicted`` (made with ``previous``)."""
+    ``predicted`` (made with ``previous``). ``resimulate``: the measured plan simulated
+    again (``GraphPlan.resimulate``), to fit the compute scales with."""
     changes: dict[str, Any] = {"measured_call": measured.call}
     fw_compute, bw_compute = measured.fw_compute_ms, measured.bw_compute_ms
     fw_host, bw_host = measured.host_fw_ms, measured.host_bw_ms
+    ratios = [1.0, 1.0]  # each phase's new scale over its previous one
     if predicted.fw_compute_ms > 0 and fw_compute > 0 and not paced(fw_host, measured.fw_ms):
-        changes["fw_scale"] = previous.fw_scale * fw_compute / predicted.fw_compute_ms
+        ratios[0] = fw_compute / predicted.fw_compute_ms
     if predicted.bw_compute_ms > 0 and bw_compute > 0 and not paced(bw_host, measured.bw_ms):
-        changes["bw_scale"] = previous.bw_scale * bw_compute / predicted.bw_compute_ms
+        ratios[1] = bw_compute / predicted.bw_compute_ms
     if fw_host is not None and bw_host is not None and all(predicted.kernels):
         ops_ms, calls = measured.host_transfer_ms, measured.transfer_ops
         changes["host_us"] = tuple(round(max(0.0, host - ops) / n * 1e3, 1) for host, ops, n in
@@ -128,12 +141,65 @@ def corrected(previous: Corrections, predicted: Any, measured: Any) -> Correctio
         changes["d2h_gbps"] = measured.d2h_gbps
     if measured.h2d_bytes >= MIN_TIMED_COPY_BYTES and measured.h2d_gbps:
         changes["h2d_gbps"] = measured.h2d_gbps
+    if resimulate is not None and measured.fw_ms > 0 and measured.bw_ms > 0:
+        ratios = fitted_scales(resimulate, measured, ratios, {
+            "host_us": changes.get("host_us", previous.host_us),
+            "op_host_us": changes.get("op_host_us", previous.op_host_us),
+            **{k: changes[k] for k in ("d2h_gbps", "h2d_gbps") if k in changes}})
+    if ratios[0] != 1.0:
+        changes["fw_scale"] = previous.fw_scale * ratios[0]
+    if ratios[1] != 1.0:
+        changes["bw_scale"] = previous.bw_scale * ratios[1]
     if measured.step_peak_bytes is not None:
         changes["unmodelled_bytes"] = (previous.unmodelled_bytes
                                        + measured.step_peak_bytes - predicted.step_peak_bytes)
     if measured.held_before_bytes is not None and previous.limit_bytes is not None:
         changes["held_before_bytes"] = measured.held_before_bytes
     return dataclasses.replace(previous, **changes)
+
+
+def fitted_scales(resimulate: Callable[..., Any], measured: Any, guess: list[float],
+                  lanes: dict[str, Any]) -> list[float]:
+    """Factors on the forward's and the backward's op times under which the measured plan,
+    simulated again with ``lanes`` (the measured host and bandwidths), takes as long per
+    phase as measured: the forward's first, then the backward's with it. ``guess``
+    (measured compute over predicted, per phase) is taken where it already fits within
+    ``FIT_SLACK``, then 1. Otherwise the factor nearest 1 that fits: a phase the host
+    paced takes as long over a range of factors, and its kernels' time is then left as
+    near what it was as the measurement allows. Where no factor within ``FIT_RANGE``
+    fits (the host lane alone is longer than the phase, say), ``guess``."""
+    def phase_ms(k: float, phase: int, fw_k: float) -> float:
+        result = resimulate(k, 1.0, **lanes) if phase == 0 else resimulate(fw_k, k, **lanes)
+        return (result.fw_ms, result.bw_ms)[phase]
+
+    fitted: list[float] = []
+    for phase, target in enumerate((measured.fw_ms, measured.bw_ms)):
+        fw_k = fitted[0] if fitted else 1.0
+        def fits(k: float) -> bool:
+            return abs(phase_ms(k, phase, fw_k) - target) <= FIT_SLACK * target
+        if fits(guess[phase]):
+            fitted.append(guess[phase])
+            continue
+        if fits(1.0):
+            fitted.append(1.0)
+            continue
+        # phase_ms never falls as k grows: bisect (geometrically) between 1 and the bound
+        # on the side of the measurement, for the factor nearest 1 that reaches it.
+        up = phase_ms(1.0, phase, fw_k) < target
+        lo, hi = (1.0, FIT_RANGE) if up else (1.0 / FIT_RANGE, 1.0)
+        bound_ms = phase_ms(hi if up else lo, phase, fw_k)
+        if (bound_ms < target) if up else (bound_ms > target):  # no factor in range fits
+            fitted.append(guess[phase])
+            continue
+        for _ in range(FIT_STEPS):
+            mid = (lo * hi) ** 0.5
+            ms = phase_ms(mid, phase, fw_k)
+            if (ms < target) if up else (ms <= target):
+                lo = mid
+            else:
+                hi = mid
+        fitted.append(hi if up else lo)
+    return fitted
 
 
 class MemoryLimitError(RuntimeError):

@@ -36,7 +36,7 @@ from ..reporting.records import GraphPlan, Predictions
 from .budget import Budget
 from .costs import NodeCosts
 from .decide import choose, decide_from_solution
-from .facts import Facts, final_simulation, gather, lanes_of, tag_recompute
+from .facts import Facts, final_simulation, gather, lanes_of, resimulation, tag_recompute
 from .hardware import profile_for
 from .limits import fit_limit
 from .replan import Corrections
@@ -338,6 +338,7 @@ def _simulate(plan: GraphPlan, facts: Facts, baseline: SimResult, lanes: Lanes, 
     decisions = {d.name: d.decision for d in plan.decisions}
     final = final_simulation(facts, decisions, lanes)
     plan.simulation, plan.baseline_simulation = final, baseline
+    plan.resimulate = resimulation(facts, decisions, lanes, final)
     plan.predicted = Predictions.of(baseline, final, budget_bytes, (sum(facts.fw_ms), sum(facts.bw_ms)),
                                     corrections.unmodelled_bytes, facts.kernels())
     return final

@@ -155,6 +155,10 @@ class GraphPlan:
     """The simulated timeline of the final plan (``simulator.SimResult``)."""
     baseline_simulation: Any = field(default=None, repr=False)
     """The simulated timeline with nothing moved (same partition as the plan's start)."""
+    resimulate: Any = field(default=None, repr=False, compare=False)
+    """This plan simulated again with other op times and lanes
+    (``planning.facts.resimulation``), which a measurement is fitted with; ``None``
+    where the plan was not simulated in this process."""
     note: str = ""
     """Anything the planner wants said: a budget it could not meet, for example."""
     dump_folder: str | None = None
