@@ -360,7 +360,7 @@ def model_table(model: ZooModel, rows: list) -> str:
     for r in rows:
         for m in r.extra.get("measured_vs_predicted", []):
             lines.append(
-                f"{_label(r)}: graph {m['graph']}{' (re-planned)' if m['replaces'] is not None else ''}: "
+                f"{_label(r)}: graph {m['graph']}{_replanned(m)}: "
                 f"measured {m['measured_step_ms']:.1f} ms / {m['measured_step_peak_gib']:.2f} GiB "
                 f"(peak in {m['peak_phase']}), predicted {m['predicted_step_ms']:.1f} ms / "
                 f"{m['predicted_step_peak_gib']:.2f} GiB")
@@ -372,6 +372,12 @@ def model_table(model: ZooModel, rows: list) -> str:
 def _label(row) -> str:
     zoo = row.extra.get("zoo_strategy")
     return f"{zoo}={row.strategy.split(':', 1)[1]}" if zoo in DERIVED else row.strategy
+
+
+def _replanned(m: dict) -> str:
+    if m["replaces"] is None:
+        return ""
+    return " (re-planned; measured worse, given up)" if m.get("reverted") else " (re-planned)"
 
 
 def _f(x, digits: int) -> str:

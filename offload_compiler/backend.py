@@ -100,9 +100,10 @@ class OffloadBackend:
 
     @property
     def current_plans(self) -> list[GraphPlan]:
-        """``plans`` less those a re-plan replaced: the plans the graphs run now."""
-        replaced = {p.replaces for p in self.plans if p.replaces is not None}
-        return [p for p in self.plans if p.graph_id not in replaced]
+        """``plans`` less those a re-plan replaced (unless the graph went back to them) and
+        those given up: the plans the graphs run now."""
+        replaced = {p.replaces for p in self.plans if p.replaces is not None and not p.reverted}
+        return [p for p in self.plans if p.graph_id not in replaced and not p.reverted]
 
     def __call__(
         self,

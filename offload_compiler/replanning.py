@@ -16,7 +16,10 @@ runs the new one from this call on: a step boundary, since every forward call ru
 whole on one compiled graph and an autograd node keeps the backward it was made with.
 That happens at most once per graph (``MAX_REPLANS``), or up to ``MAX_LIMIT_REPLANS``
 times while the measured step goes over ``memory_limit``; the new plan is measured again
-(for the record, and for the limit). Each measurement is logged, put on the plan (``GraphPlan.measured``)
+(for the record, and for the limit). A new plan measured slower than the one it
+replaced (by more than the tolerance) without holding less memory at its peak is given
+up: the graph goes back to the plan it replaced (``GraphPlan.reverted``), whose
+compiled callable is kept until then. Each measurement is logged, put on the plan (``GraphPlan.measured``)
 and written to the graph's dump.
 """
 
@@ -31,7 +34,7 @@ import torch
 from torch.utils._pytree import tree_leaves
 
 from .nbytes import nbytes_text
-from .planning.replan import Corrections, corrected, disagreements, over_limit
+from .planning.replan import TOLERANCE, Corrections, corrected, disagreements, over_limit
 from .reporting.records import GraphPlan
 from .runtime import measure
 from .runtime.pool import host_pool
@@ -78,6 +81,9 @@ class MeasuredGraph:
         self.warming = False  # a call's backward is watched to end the warm-up
         self.recorders: dict[str, Any] = {}
         self.disturbed = False  # the host pool allocated or released during the timed call
+        # The plan a re-plan replaced, measured: (compiled, plan, corrections), until the
+        # new plan is measured no worse.
+        self.previous: tuple[Callable[..., Any], GraphPlan, Corrections] | None = None
         self.done = plan is None or plan.predicted is None
 
     def __call__(self, *args: Any) -> Any:
@@ -181,6 +187,11 @@ class MeasuredGraph:
         for holder in timed.holders:
             log.debug("offload: graph %d: at the measured peak: %s", plan.graph_id, holder)
         _dump_measured(plan)
+        if self.previous is not None:
+            if worse(timed, self.previous[1].measured, self.previous[2]):
+                self._revert()
+                return
+            self.previous = None
         why = disagreements(plan.predicted, timed, self.corrections)
         if why and not trusted(plan.predicted, timed):
             log.warning("offload: graph %d: the measured step (%.2f ms) is more than %gx from the "
@@ -208,11 +219,35 @@ class MeasuredGraph:
         compiled, new_plan = self.recompile(corrections, args)
         if new_plan is not None:
             new_plan.replaces = plan.graph_id
+            self.previous = (self.compiled, plan, self.corrections)
         self.compiled, self.plan, self.corrections = compiled, new_plan, corrections
         self.replans += 1
         self.calls = self.backwards = self.remeasures = 0
         self.first = None
         self.done = new_plan is None or new_plan.predicted is None
+
+
+    def _revert(self) -> None:
+        """Go back to the plan the current one replaced (measured better)."""
+        compiled, before, corrections = self.previous
+        plan, self.previous = self.plan, None
+        plan.reverted = True
+        log.warning("offload: graph %d: the new plan measured %.2f ms and %s at its step peak, worse than "
+                    "the %.2f ms and %s of the plan it replaced (graph %d); going back to that plan",
+                    plan.graph_id, plan.measured.step_ms, nbytes_text(plan.measured.step_peak_bytes or 0),
+                    before.measured.step_ms, nbytes_text(before.measured.step_peak_bytes or 0), before.graph_id)
+        self.compiled, self.plan, self.corrections = compiled, before, corrections
+        self.done = True
+
+
+def worse(new: Any, old: Any, old_corrections: Corrections, tolerance: float = TOLERANCE) -> bool:
+    """Whether a re-planned graph's measurement ``new`` is worse than ``old``, its former
+    plan's: slower by more than ``tolerance`` and no less memory at the step peak. Never
+    where ``old`` went over ``memory_limit``."""
+    if old is None or over_limit(old, old_corrections):
+        return False
+    return (new.step_ms > old.step_ms * (1 + tolerance)
+            and (new.step_peak_bytes or 0) >= (old.step_peak_bytes or 0))
 
 
 def _on_backward(args: tuple, out: Any, done: Callable[[], None],

@@ -5,6 +5,7 @@ that reports what each test says the GPU would have measured, relative to the pl
 own predictions; the backend then acts on it as it would on a GPU.
 """
 
+import dataclasses
 import logging
 import types
 
@@ -132,6 +133,46 @@ def test_slower_compute_than_estimated_corrects_the_times(source):
     assert second.corrections["fw_scale"] == pytest.approx(2.0, rel=1e-6)
     assert second.corrections["bw_scale"] == pytest.approx(2.0, rel=0.05)
     assert second.predicted.fw_compute_ms == pytest.approx(2 * first.predicted.fw_compute_ms, rel=0.05)
+
+
+def test_a_new_plan_measured_worse_than_the_one_it_replaced_is_given_up(source, caplog):
+    """The first plan measures slower than predicted (a re-plan); the new plan then
+    measures slower still, at the same step peak: the graph goes back to the first plan
+    and stays there, with gradients as without the backend."""
+    def make(call):
+        if len(b.plans) == 1:
+            return _as_predicted(b.plans, time_scale=2.0)(call)
+        first = b.plans[0].measured
+        return dataclasses.replace(first, call=call, fw_ms=first.fw_ms * 1.5, bw_ms=first.bw_ms * 1.5)
+
+    model, batch = _model()
+    reference = train(model, batch, backend(**OPTIONS, policy="none", replan=False), steps=10)
+    b = backend(**OPTIONS, memory_budget=0.5)
+    fake = source(make)
+    with caplog.at_level(logging.WARNING, logger="offload_compiler"):
+        model, batch = _model()
+        got = train(model, batch, b, steps=10)
+    first, second = b.plans
+    assert second.replaces == first.graph_id and second.measured is not None
+    assert second.reverted and not first.reverted
+    assert b.current_plans == [first] and b.settled
+    (graph,) = b._measured
+    assert graph.plan is first and graph.corrections == Corrections()  # runs the first plan again
+    assert len(fake.asked) == 4  # each plan measured once (memory, time), nothing after
+    assert "going back to that plan" in caplog.text
+    assert_bitwise(reference, got)
+
+
+def test_a_new_plan_that_holds_less_memory_is_kept_even_if_slower():
+    from offload_compiler.replanning import worse
+
+    old = measure.Measured(call=3, fw_ms=10.0, bw_ms=10.0, stall_ms=0.0, step_peak_bytes=1000, held_before_bytes=0)
+    slower = measure.Measured(call=3, fw_ms=10.0, bw_ms=12.0, stall_ms=0.0, step_peak_bytes=1000)
+    assert worse(slower, old, Corrections())
+    assert not worse(dataclasses.replace(slower, step_peak_bytes=999), old, Corrections())
+    assert not worse(dataclasses.replace(slower, bw_ms=10.9), old, Corrections())  # 4.5%: within tolerance
+    # the old plan went over memory_limit: whatever replaced it stays
+    assert not worse(slower, old, Corrections(limit_bytes=900))
 
 
 def test_gradients_are_bitwise_equal_across_a_replan(source):

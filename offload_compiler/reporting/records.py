@@ -178,6 +178,9 @@ class GraphPlan:
     (``planning.replan.Corrections``); empty for a plan made from estimates alone."""
     replaces: int | None = None
     """The graph id of the plan this one replaced after a measurement, if any."""
+    reverted: bool = False
+    """Measured worse than the plan it replaced (slower, and no less memory at its step
+    peak): the graph went back to that plan."""
 
     def measured_text(self) -> str:
         """Predicted against measured, in one line (empty when not measured)."""
