@@ -214,8 +214,8 @@ class MeasuredGraph:
             self.done = True
             return
         corrections = corrected(self.corrections, plan.predicted, timed, plan.resimulate)
-        log.info("offload: graph %d: planning again from the measurement (%s)",
-                 plan.graph_id, "; ".join(why))
+        log.info("offload: graph %d: planning again from the measurement (%s): %s",
+                 plan.graph_id, "; ".join(why), corrections.describe())
         compiled, new_plan = self.recompile(corrections, args)
         if new_plan is not None:
             new_plan.replaces = plan.graph_id

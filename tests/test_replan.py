@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from offload_compiler.config import OffloadConfig
+from offload_compiler.nbytes import nbytes_text
 from offload_compiler.models.gpt import GPT, make_batch, preset
 from offload_compiler.planning.replan import TOLERANCE, Corrections, MemoryLimitError, corrected, disagreements
 from offload_compiler.replanning import MAX_LIMIT_REPLANS
@@ -119,6 +120,7 @@ def test_a_peak_over_the_memory_limit_plans_again_once_and_the_new_plan_fits(sou
     assert second.measured is not None  # measured again, for the record
     assert len(fake.asked) == 4
     assert "planning again from the measurement" in caplog.text
+    assert f"step peaks +{nbytes_text(extra)} (what the model does not see)" in caplog.text
     assert "over memory_limit" in caplog.text
 
 

@@ -87,6 +87,19 @@ class Corrections:
         fields["available_bytes"] = self.available_bytes
         return repr(sorted((k, round(v, 4) if isinstance(v, float) else v) for k, v in fields.items()))
 
+    def describe(self) -> str:
+        """The corrected inputs in one line, as the re-plan log says them."""
+        text = (f"kernel times x{self.fw_scale:.2f} forward, x{self.bw_scale:.2f} backward; host "
+                f"{self.host_us[0]:.1f}/{self.host_us[1]:.1f} us per kernel and "
+                f"{self.op_host_us[0]:.1f}/{self.op_host_us[1]:.1f} us per transfer op (forward/backward)")
+        for name, gbps in (("D2H", self.d2h_gbps), ("H2D", self.h2d_gbps)):
+            if gbps:
+                text += f"; {name} copies at {gbps:.1f} GB/s"
+        if self.unmodelled_bytes:
+            sign = "+" if self.unmodelled_bytes > 0 else "-"
+            text += f"; step peaks {sign}{nbytes_text(abs(self.unmodelled_bytes))} (what the model does not see)"
+        return text
+
     def hardware(self) -> dict[str, float]:
         """Overrides of the hardware profile: the measured bandwidths."""
         return {k: v for k, v in (("d2h_gbps", self.d2h_gbps), ("h2d_gbps", self.h2d_gbps)) if v}
