@@ -299,6 +299,8 @@ def test_compute_scales_are_fitted_so_time_waiting_for_the_host_counts_once():
     assert fitted.bw_scale == pytest.approx(1.3, rel=0.01)
     again = plan.resimulate(fitted.fw_scale, fitted.bw_scale, host_us=fitted.host_us, op_host_us=fitted.op_host_us)
     assert again.fw_ms == pytest.approx(m.fw_ms, rel=0.005) and again.bw_ms == pytest.approx(m.bw_ms, rel=0.005)
+    paced_fw = dataclasses.replace(m, host_fw_ms=m.fw_ms)  # the host set the forward's pace
+    assert corrected(Corrections(fw_scale=1.2), p, paced_fw, plan.resimulate).fw_scale == 1.2  # kept
     ratio = corrected(Corrections(), p, m)  # no simulation: the waits in the scales too
     assert ratio.fw_scale > 1.5 * 1.02
     double = plan.resimulate(ratio.fw_scale, ratio.bw_scale, host_us=ratio.host_us, op_host_us=ratio.op_host_us)
