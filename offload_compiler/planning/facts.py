@@ -238,4 +238,3 @@ def resimulation(facts: Facts, decisions: dict[str, Decision], lanes: Lanes,
                         dataclasses.replace(lanes, **lanes_changes), bw_out_bytes=facts.bw_out_bytes,
                         slowed=facts.slowed)
     return again
-

@@ -182,10 +182,11 @@ def fitted_scales(resimulate: Callable[..., Any], measured: Any, guess: list[flo
     kernels' (on an H100, ResNet-50's paced forward was fitted to 2.9x its kernels'
     estimate, and the step with nothing moved predicted that much slower). ``guess``
     (measured compute over predicted, per phase) is taken where it already fits within
-    ``FIT_SLACK``, then 1. Otherwise the factor nearest 1 that fits: a phase the host
-    paced takes as long over a range of factors, and its kernels' time is then left as
-    near what it was as the measurement allows. Where no factor within ``FIT_RANGE``
-    fits (the host lane alone is longer than the phase, say), ``guess``."""
+    ``FIT_SLACK``, then 1. Otherwise the factor nearest 1 that fits: where the host
+    held parts of the phase back, it takes as long over a range of factors, and the
+    kernels' time is left as near what it was as the measurement allows. Where no
+    factor within ``FIT_RANGE`` fits (the host lane alone is longer than the phase,
+    say), ``guess``."""
     def phase_ms(k: float, phase: int, fw_k: float) -> float:
         result = resimulate(k, 1.0, **lanes) if phase == 0 else resimulate(fw_k, k, **lanes)
         return (result.fw_ms, result.bw_ms)[phase]
