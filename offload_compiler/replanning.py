@@ -232,6 +232,9 @@ class MeasuredGraph:
         compiled, before, corrections = self.previous
         plan, self.previous = self.plan, None
         plan.reverted = True
+        why = (f"measured {plan.measured.step_ms:.2f} ms against graph {before.graph_id}'s "
+               f"{before.measured.step_ms:.2f} ms, with no less memory: given up, graph {before.graph_id} runs again")
+        plan.note = f"{plan.note}; {why}" if plan.note else why
         log.warning("offload: graph %d: the new plan measured %.2f ms and %s at its step peak, worse than "
                     "the %.2f ms and %s of the plan it replaced (graph %d); going back to that plan",
                     plan.graph_id, plan.measured.step_ms, nbytes_text(plan.measured.step_peak_bytes or 0),

@@ -157,6 +157,7 @@ def test_a_new_plan_measured_worse_than_the_one_it_replaced_is_given_up(source, 
     first, second = b.plans
     assert second.replaces == first.graph_id and second.measured is not None
     assert second.reverted and not first.reverted
+    assert f"given up, graph {first.graph_id} runs again" in second.summary()
     assert b.current_plans == [first] and b.settled
     (graph,) = b._measured
     assert graph.plan is first and graph.corrections == Corrections()  # runs the first plan again
