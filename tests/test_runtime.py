@@ -3,6 +3,7 @@
 import os
 import subprocess
 import sys
+import types
 from pathlib import Path
 
 import pytest
@@ -179,3 +180,29 @@ def test_in_place_change_of_saved_input_still_raises():
         y.mul_(2)
     with pytest.raises(RuntimeError, match="modified by an inplace operation"):
         loss.backward()
+
+
+def test_a_copy_streams_device_is_not_left_current(monkeypatch):
+    """``torch.cuda.set_stream`` also makes the stream's device current; a transfer on a
+    second GPU (a model on ``cuda:1`` while ``cuda:0`` is current) puts back the device
+    that was current, and the stream that was current on the second GPU. The CUDA
+    calls are stood in for here; the two-GPU test checks the real ones."""
+    from offload_compiler.runtime import streams
+
+    state = {"device": 0, "stream": {}}
+
+    def set_stream(s):
+        state["device"] = s.device_index
+        state["stream"][s.device_index] = s
+
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: state["device"])
+    monkeypatch.setattr(torch.cuda, "set_stream", set_stream)
+    monkeypatch.setattr(torch.cuda, "set_device", lambda d: state.update(device=d))
+    copy, compute = types.SimpleNamespace(device_index=1), types.SimpleNamespace(device_index=1)
+    with streams.on(copy, compute):
+        assert state["device"] == 1 and state["stream"][1] is copy
+    assert state["device"] == 0 and state["stream"][1] is compute
+    state["device"] = 1  # the copy stream's own device current: left as it is
+    with streams.on(copy, compute):
+        pass
+    assert state["device"] == 1 and state["stream"][1] is compute

@@ -64,14 +64,20 @@ def current(device: torch.device) -> torch.cuda.Stream:
 
 @contextlib.contextmanager
 def on(stream: torch.cuda.Stream, compute: torch.cuda.Stream):
-    """Make ``stream`` current, then ``compute`` again (the stream that was current,
-    which the caller has already read). Cheaper on the host than
-    ``torch.cuda.stream(stream)``, which reads the current stream again, twice."""
-    torch.cuda.set_stream(stream)
+    """Make ``stream`` current, then ``compute`` again (the stream that was current on
+    ``stream``'s device, which the caller has already read), and the device that was
+    current before. Cheaper on the host than ``torch.cuda.stream(stream)``, which reads
+    the current stream again, twice. ``torch.cuda.set_stream`` also makes the stream's
+    device current: without putting the device back, a model on ``cuda:1`` left
+    ``cuda:1`` current for a user who had ``cuda:0`` (found by the two-GPU test)."""
+    device = torch.cuda.current_device()
+    torch.cuda.set_stream(stream)  # also makes the stream's device current
     try:
         yield
     finally:
         torch.cuda.set_stream(compute)
+        if stream.device_index != device:  # tensors on another GPU than the current one
+            torch.cuda.set_device(device)
 
 
 def mark_ready(stream: torch.cuda.Stream) -> torch.cuda.Event:
