@@ -34,7 +34,7 @@ import torch
 from torch.utils._pytree import tree_leaves
 
 from .nbytes import nbytes_text
-from .planning.replan import TOLERANCE, Corrections, corrected, disagreements, over_limit
+from .planning.replan import Corrections, corrected, disagreements, over_limit, worse
 from .reporting.records import GraphPlan
 from .runtime import measure
 from .runtime.pool import host_pool
@@ -188,7 +188,8 @@ class MeasuredGraph:
             log.debug("offload: graph %d: at the measured peak: %s", plan.graph_id, holder)
         _dump_measured(plan)
         if self.previous is not None:
-            if worse(timed, self.previous[1].measured, self.previous[2]):
+            _, before, before_corrections = self.previous
+            if worse(timed, before.measured, before_corrections):
                 self._revert()
                 return
             self.previous = None
@@ -226,7 +227,6 @@ class MeasuredGraph:
         self.first = None
         self.done = new_plan is None or new_plan.predicted is None
 
-
     def _revert(self) -> None:
         """Go back to the plan the current one replaced (measured better)."""
         compiled, before, corrections = self.previous
@@ -241,16 +241,6 @@ class MeasuredGraph:
                     before.measured.step_ms, nbytes_text(before.measured.step_peak_bytes or 0), before.graph_id)
         self.compiled, self.plan, self.corrections = compiled, before, corrections
         self.done = True
-
-
-def worse(new: Any, old: Any, old_corrections: Corrections, tolerance: float = TOLERANCE) -> bool:
-    """Whether a re-planned graph's measurement ``new`` is worse than ``old``, its former
-    plan's: slower by more than ``tolerance`` and no less memory at the step peak. Never
-    where ``old`` went over ``memory_limit``."""
-    if old is None or over_limit(old, old_corrections):
-        return False
-    return (new.step_ms > old.step_ms * (1 + tolerance)
-            and (new.step_peak_bytes or 0) >= (old.step_peak_bytes or 0))
 
 
 def _on_backward(args: tuple, out: Any, done: Callable[[], None],

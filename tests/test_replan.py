@@ -167,7 +167,7 @@ def test_a_new_plan_measured_worse_than_the_one_it_replaced_is_given_up(source, 
 
 
 def test_a_new_plan_that_holds_less_memory_is_kept_even_if_slower():
-    from offload_compiler.replanning import worse
+    from offload_compiler.planning.replan import worse
 
     old = measure.Measured(call=3, fw_ms=10.0, bw_ms=10.0, stall_ms=0.0, step_peak_bytes=1000, held_before_bytes=0)
     slower = measure.Measured(call=3, fw_ms=10.0, bw_ms=12.0, stall_ms=0.0, step_peak_bytes=1000)

@@ -23,7 +23,8 @@ inputs a measured call of the compiled graph (``runtime.measure.Measured``) corr
   the forward started and the limit; plans fit ``held_before + step peak`` under it.
 
 :func:`disagreements` says whether a measurement is far enough from the prediction to
-plan again (``TOLERANCE``), :func:`corrected` gives the new inputs.
+plan again (``TOLERANCE``), :func:`corrected` gives the new inputs, and :func:`worse`
+whether the new plan, measured in turn, did worse than the one it replaced.
 """
 
 from __future__ import annotations
@@ -131,6 +132,16 @@ def over_limit(measured: Any, corrections: Corrections) -> int:
     return max(0, measured.held_before_bytes + measured.step_peak_bytes - corrections.limit_bytes)
 
 
+def worse(new: Any, old: Any, old_corrections: Corrections, tolerance: float = TOLERANCE) -> bool:
+    """Whether a re-planned graph's measurement ``new`` is worse than ``old``, its former
+    plan's: slower by more than ``tolerance`` and no less memory at the step peak. Never
+    where ``old`` went over ``memory_limit``."""
+    if old is None or over_limit(old, old_corrections):
+        return False
+    return (new.step_ms > old.step_ms * (1 + tolerance)
+            and (new.step_peak_bytes or 0) >= (old.step_peak_bytes or 0))
+
+
 def corrected(previous: Corrections, predicted: Any, measured: Any,
               resimulate: Callable[..., Any] | None = None) -> Corrections:
     """New planner inputs: ``previous`` corrected by how ``measured`` differs from
@@ -197,17 +208,16 @@ def fitted_scales(resimulate: Callable[..., Any], measured: Any, guess: list[flo
         if by_host[phase]:  # the GPU waited for the host: its time says nothing of the kernels
             fitted.append(guess[phase])
             continue
-        def fits(k: float) -> bool:
-            return abs(phase_ms(k, phase, fw_k) - target) <= FIT_SLACK * target
-        if fits(guess[phase]):
+        if abs(phase_ms(guess[phase], phase, fw_k) - target) <= FIT_SLACK * target:
             fitted.append(guess[phase])
             continue
-        if fits(1.0):
+        at_one = phase_ms(1.0, phase, fw_k)
+        if abs(at_one - target) <= FIT_SLACK * target:
             fitted.append(1.0)
             continue
         # phase_ms never falls as k grows: bisect (geometrically) between 1 and the bound
         # on the side of the measurement, for the factor nearest 1 that reaches it.
-        up = phase_ms(1.0, phase, fw_k) < target
+        up = at_one < target
         lo, hi = (1.0, FIT_RANGE) if up else (1.0 / FIT_RANGE, 1.0)
         bound_ms = phase_ms(hi if up else lo, phase, fw_k)
         if (bound_ms < target) if up else (bound_ms > target):  # no factor in range fits

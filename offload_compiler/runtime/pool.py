@@ -110,8 +110,9 @@ class HostPool(Prefilling):
                 owner: Any = None) -> tuple[torch.Tensor, HostBlock] | None:
         """A host tensor with ``like``'s shape, strides and dtype, and its block.
 
-        ``like`` must be dense and non-overlapping with storage offset 0 (the planner
-        only offloads such tensors). Returns ``None`` if no block can be had; the
+        ``like`` must be dense and non-overlapping (the planner only offloads such
+        tensors); its storage offset is not carried (the host tensor starts its block),
+        so ``d2h`` passes a dense source itself. Returns ``None`` if no block can be had; the
         caller then keeps the tensor on the device. ``owner`` (a ``StorageWeakRef``)
         keeps the block checked out while it lives, whoever holds the host tensor.
         """
