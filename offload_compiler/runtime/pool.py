@@ -111,8 +111,7 @@ class HostPool(Prefilling):
         """A host tensor with ``like``'s shape, strides and dtype, and its block.
 
         ``like`` must be dense and non-overlapping (the planner only offloads such
-        tensors); its storage offset is not carried (the host tensor starts its block),
-        so ``d2h`` passes a dense source itself. Returns ``None`` if no block can be had; the
+        tensors); its storage offset is not carried (``d2h`` passes a source). Returns ``None`` if no block can be had; the
         caller then keeps the tensor on the device. ``owner`` (a ``StorageWeakRef``)
         keeps the block checked out while it lives, whoever holds the host tensor.
         """
