@@ -12,7 +12,9 @@ within the budget:
 3. with a fixed budget still not met, offloads traded for recomputations where that
    lowers the peak (copies still in flight during forward can set the peak).
 
-Then, for any budget, a fourth phase undoes what the peak no longer needs (a change an
+Then, for any budget, a fourth phase exchanges an offload of a value cheap to recompute
+for a recomputation of it and an offload of a dearer one (the copy engine's time goes
+where it saves most), and a fifth undoes what the peak no longer needs (a change an
 early step made that a later one made redundant), dearest first, and swaps the dearest
 few changes for cheaper ones that keep the peak where it is.
 
@@ -25,6 +27,7 @@ the least activation peak within the allowed overhead, of all those tried, is ke
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -83,7 +86,10 @@ class SimMemo:
 
 #: Bisection steps of ``"auto"``'s search over fixed budgets.
 AUTO_SEARCH_STEPS = 10
-#: Phase 4 tries to swap this many of the dearest decisions for cheaper ones.
+#: Phase 4 tries this many exchanges: the cheapest offloads to recompute first, each against
+#: the kept values dearest to recompute.
+EXCHANGE_TRIES = 8
+#: Phase 5 tries to swap this many of the dearest decisions for cheaper ones.
 SWAP_TRIES = 8
 
 
@@ -263,7 +269,7 @@ def _greedy(problem: _Problem, budget_bytes: int | None) -> Solution:
         return sorted(found)
 
     # What may be done with each tensor, cheapest first, with its cost in ms: fixed for
-    # the problem, so worked out once, not at every step of phases 2 and 4.
+    # the problem, so worked out once, not at every step of phases 2 and 5.
     priced = {x.name: choices(x) for x in tensors}
     cheapest = {name: min((ms for ms, _ in found), default=float("inf")) for name, found in priced.items()}
 
@@ -288,7 +294,31 @@ def _greedy(problem: _Problem, budget_bytes: int | None) -> Solution:
                     and options[x.name].can_recompute:
                 try_change(x, RECOMPUTE, limit_ms)
 
-    # Phase 4: undo what the peak no longer needs. Greedy steps taken early can be made
+    # Phase 4: the copy engine's time is what an offload spends, and phase 1 gives it to
+    # whichever copy hides first: a value cheap to recompute can hold it where a dear
+    # one would have hidden in its place (a norm's output offloaded, an attention output
+    # kept). Exchange: recompute the cheap one and offload the dear one, where that
+    # lowers the peak within the allowed time ("auto") or the step within the bound.
+    def exchange_gain(result: SimResult) -> bool:
+        if budget_bytes is None:
+            return result.peak_bytes < current.peak_bytes and result.step_ms <= limit_ms
+        return result.peak_bytes <= max(target, current.peak_bytes) and result.step_ms < current.step_ms - tol
+
+    cheap = sorted((x for x in tensors if decisions[x.name] == OFFLOAD and options[x.name].forced is None
+                    and options[x.name].can_recompute), key=lambda x: (recompute_per_byte(x), x.name))
+    dear = sorted((x for x in tensors if free(x) and options[x.name].can_offload),
+                  key=lambda x: (-recompute_per_byte(x), x.produced, x.name))
+    pairs = ((x, y) for x in cheap for y in dear if recompute_per_byte(y) > recompute_per_byte(x))
+    for x, y in itertools.islice(pairs, EXCHANGE_TRIES):
+        trial = {**decisions, x.name: RECOMPUTE, y.name: OFFLOAD}
+        if decisions[x.name] != OFFLOAD or not free(y) or over_host_cap(trial):
+            continue
+        result = run(trial)
+        if exchange_gain(result):
+            decisions.update(trial)
+            current = result
+
+    # Phase 5: undo what the peak no longer needs. Greedy steps taken early can be made
     # redundant by later ones (the peak moved elsewhere); keep again, dearest first,
     # whatever can be kept without raising the peak above the bound, and faster.
     bound = max(target, current.peak_bytes)
