@@ -10,14 +10,13 @@ Runs ``offload_compiler.compare`` on each model of ``--models`` (factories in
 a time, timm ViT-B/16, torchvision ResNet-50, the example GPT), one strategy at a time,
 each in its own process. Per model the
 default strategies are ``inductor``, ``sac`` and ``full_ac`` (where they apply),
-``budget:0.5``, ``offload:auto``, ``offload:0.5`` and ``offload:FULL``: this backend
-with ``memory_budget`` = full checkpointing's measured activation memory over
-Inductor's, rounded down to 2 decimals. That fraction bounds the planner's *predicted
-activation peak* (the forward values held for backward), not the measured memory,
-which also holds gradients and temporaries: it asks for full checkpointing's saving,
-and the table shows what it got. Models compiled one block at a time (``llama_blocks``)
-leave out ``offload:FULL`` and ``offload-limit:MID``: there a budget bounds each block's
-call, and neither step figure translates into one.
+``budget:0.5``, ``offload:auto``, ``offload:0.5``, ``offload-limit:FULL`` and
+``offload-limit:MID``: this backend with ``memory_limit`` = full checkpointing's
+measured peak (the row at full checkpointing's memory: its peak, and so its activation
+memory, at most full checkpointing's when the limit holds), and halfway between
+Inductor's and full checkpointing's peaks. Models compiled one block at a time
+(``llama_blocks``) leave both out: there a budget bounds each block's call, and neither
+step figure translates into one.
 
 Each model's rows go to ``OUT/<model>/`` (``compare.json``, ``.svg``, ``.txt`` and one
 log per strategy, rewritten after every row) and all of them to ``OUT/zoo.json``. A
@@ -36,7 +35,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 import time
 from dataclasses import asdict, dataclass
@@ -47,17 +45,18 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # this checkout's offload_compiler, also in the row processes
     sys.path.insert(0, str(ROOT))
 
-FULL = "offload:FULL"
+FULL = "offload-limit:FULL"
 MID = "offload-limit:MID"
+FULL_NOTE = ("offload-limit:FULL: memory_limit = full_ac's measured peak GiB (the whole step, "
+             "parameters and optimizer included): the row is at full checkpointing's memory "
+             "when its peak GiB is at most full_ac's")
 MID_NOTE = ("offload-limit:MID: memory_limit = the midpoint of inductor's and full_ac's measured "
             "peak GiB (the whole step, parameters and optimizer included): the limit is met "
             "when this row's peak GiB is at most it")
-FULL_NOTE = ("offload:FULL: memory_budget = full_ac act GiB / inductor act GiB, rounded down; "
-             "it bounds the predicted activation peak, not the measured memory")
 NOT_RUN = "not run"
 BASES = ("eager", "inductor", "full_ac", "sac", "budget", "torch_offload", "offload")
 STRATEGY_HELP = ("eager, inductor, full_ac, sac, budget:B, torch_offload, offload:auto, "
-                 f"offload:B, {FULL}, offload-limit:L (L bytes with a unit), {MID} (B a fraction in (0, 1])")
+                 f"offload:B, offload-limit:L (L bytes with a unit), {FULL}, {MID} (B a fraction in (0, 1])")
 
 
 @dataclass(frozen=True)
@@ -88,7 +87,7 @@ class ZooModel:
     def default_strategies(self) -> list[str]:
         sac = [] if self.no_sac else ["sac"]
         # Per block, a budget bounds each block's call: full checkpointing's step memory
-        # (FULL) and a step memory limit (MID) do not translate into one (yet).
+        # (FULL) and halfway to it (MID) do not translate into one (yet).
         derived = [] if self.compile == "per-block" else [FULL, MID]
         return ["inductor", *sac, "full_ac", "budget:0.5", "offload:auto", "offload:0.5", *derived]
 
@@ -124,43 +123,36 @@ MODELS = {m.name: m for m in (
 )}
 
 
-def full_ac_fraction(rows: list) -> float:
-    """``offload:FULL``'s ``memory_budget``: the ``full_ac`` row's activation memory over
-    the ``inductor`` row's, rounded down to 2 decimals (at most 1). Raises ``ValueError``
-    saying why when it cannot be had."""
+def _peaks(rows: list, strategy: str) -> dict[str, float]:
+    """The ``inductor`` and ``full_ac`` rows' measured peaks (GiB) that ``strategy``
+    derives its limit from; ``ValueError`` saying why when they cannot be had."""
     by_name = {r.strategy: r for r in rows}
     for name in ("inductor", "full_ac"):
         r = by_name.get(name)
         if r is None or r.status != "ok":
             got = "not run" if r is None else f"{r.status}: {r.note}".rstrip(": ")
-            raise ValueError(f"{FULL} needs a measured {name} row ({got})")
-        if r.activation_gib is None:
-            raise ValueError(f"{FULL} needs activation memory, measured on CUDA only "
-                             f"({name} has none)")
-    ratio = by_name["full_ac"].activation_gib / by_name["inductor"].activation_gib
-    fraction = min(1.0, math.floor(ratio * 100 + 1e-9) / 100)  # 0.29999... is 0.30
-    if fraction <= 0:
-        raise ValueError(f"{FULL}: full_ac's activation memory is {ratio:.4f} of inductor's, "
-                         "under the 0.01 a 2-decimal budget can state")
-    return fraction
+            raise ValueError(f"{strategy} needs a measured {name} row ({got})")
+        if r.peak_gib is None:
+            raise ValueError(f"{strategy} needs the {name} row's peak, measured on CUDA only")
+    return {name: by_name[name].peak_gib for name in ("inductor", "full_ac")}
+
+
+def full_limit(rows: list) -> str:
+    """``offload-limit:FULL``'s ``memory_limit``: the ``full_ac`` row's measured peak, in
+    MiB rounded down."""
+    return f"{int(_peaks(rows, FULL)['full_ac'] * 1024)}MiB"
 
 
 def mid_limit(rows: list) -> str:
     """``offload-limit:MID``'s ``memory_limit``: halfway between the ``inductor`` and
-    ``full_ac`` rows' measured peaks, in MiB. Raises ``ValueError`` saying why when it
-    cannot be had."""
-    by_name = {r.strategy: r for r in rows}
-    for name in ("inductor", "full_ac"):
-        r = by_name.get(name)
-        if r is None or r.status != "ok" or r.peak_gib is None:
-            raise ValueError(f"{MID} needs a measured {name} row with a peak (CUDA only)")
-    mid = (by_name["inductor"].peak_gib + by_name["full_ac"].peak_gib) / 2
-    return f"{int(mid * 1024)}MiB"
+    ``full_ac`` rows' measured peaks, in MiB rounded down."""
+    peaks = _peaks(rows, MID)
+    return f"{int((peaks['inductor'] + peaks['full_ac']) / 2 * 1024)}MiB"
 
 
 #: Strategies whose argument comes from rows of the same model run before them.
 DERIVED: dict[str, Callable[[list], str]] = {
-    FULL: lambda rows: f"offload:{full_ac_fraction(rows):.2f}",
+    FULL: lambda rows: f"offload-limit:{full_limit(rows)}",
     MID: lambda rows: f"offload-limit:{mid_limit(rows)}",
 }
 
@@ -178,11 +170,11 @@ def derive(model: ZooModel, strategy: str, rows: list) -> str:
 
 def check_strategy(name: str) -> None:
     """Refuses a strategy the harness would not know, naming the valid ones."""
-    if name == MID or name.startswith("offload-limit:"):
+    if name in (FULL, MID) or name.startswith("offload-limit:"):
         return
     base, _, arg = name.partition(":")
     ok = base in BASES and (bool(arg) == (base in ("budget", "offload")))
-    if ok and arg and name != FULL and not (base == "offload" and arg == "auto"):
+    if ok and arg and not (base == "offload" and arg == "auto"):
         from offload_compiler.compare.run import fraction
 
         try:  # as the harness reads it: a float in (0, 1], "1" refused (write 1.0)
@@ -194,12 +186,13 @@ def check_strategy(name: str) -> None:
 
 
 def check_order(strategies: list[str]) -> None:
-    if FULL in strategies:
-        before = strategies[:strategies.index(FULL)]
-        missing = [s for s in ("inductor", "full_ac") if s not in before]
-        if missing:
-            raise ValueError(f"{FULL} is run after the rows it is computed from: list "
-                             f"{' and '.join(missing)} before it")
+    for derived in (FULL, MID):
+        if derived in strategies:
+            before = strategies[:strategies.index(derived)]
+            missing = [s for s in ("inductor", "full_ac") if s not in before]
+            if missing:
+                raise ValueError(f"{derived} is run after the rows it is computed from: list "
+                                 f"{' and '.join(missing)} before it")
 
 
 @dataclass
@@ -264,8 +257,8 @@ def run_zoo(plan: dict[str, list[str]], settings: Settings, *,
                     rows.append(Row(strategy=strategy, status=NOT_RUN, note=str(e)))
                     _write(results, settings)
                     continue
-                if strategy == FULL:
-                    say(f"zoo: {name}: {FULL} is {actual} ({FULL_NOTE.split(': ', 1)[1]})")
+                note = FULL_NOTE if strategy == FULL else MID_NOTE
+                say(f"zoo: {name}: {strategy} is {actual} ({note.split(': ', 1)[1]})")
             say(f"zoo: {name}: {actual} ...")
             row = run(model, actual, settings)
             if strategy in DERIVED:

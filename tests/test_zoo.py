@@ -1,5 +1,5 @@
 """``benchmarks/zoo.py``, the model zoo, on a CPU: the listing, a tiny GPT end to end,
-refusals, ``offload:FULL``'s fraction, and the order and time budget of its rows."""
+refusals, the memory limits derived from measured rows, and the order and time budget of its rows."""
 
 from __future__ import annotations
 
@@ -40,7 +40,7 @@ def test_list_names_models_and_strategies_without_importing_torch():
     lines = out.splitlines()
     llama = lines[lines.index(next(l for l in lines if l.startswith("llama:"))) + 1]
     assert llama.split() == ["strategies:", "inductor,sac,full_ac,budget:0.5,offload:auto,"
-                                            "offload:0.5,offload:FULL,offload-limit:MID"]
+                                            "offload:0.5,offload-limit:FULL,offload-limit:MID"]
     resnet = lines[lines.index(next(l for l in lines if l.startswith("resnet50:"))) + 1]
     assert "sac," not in resnet and "full_ac" in resnet and "no sac:" in out
 
@@ -77,8 +77,10 @@ def test_tiny_gpt_runs_two_rows_writes_zoo_json_and_prints_the_table(tmp_path, c
     (["--models", "gpt", "--strategies", "inductor,magic"], "valid strategies: eager, inductor"),
     (["--models", "gpt", "--strategies", "offload:1.5"], "unknown strategy 'offload:1.5'"),
     (["--models", "gpt", "--strategies", "budget"], "unknown strategy 'budget'"),
-    (["--models", "gpt", "--strategies", "offload:FULL,inductor,full_ac"],
+    (["--models", "gpt", "--strategies", "offload-limit:FULL,inductor,full_ac"],
      "list inductor and full_ac before it"),
+    (["--models", "gpt", "--strategies", "inductor,offload-limit:MID,full_ac"],
+     "offload-limit:MID is run after the rows it is computed from: list full_ac before it"),
     (["--models", "gpt", "--steps", "0"], "must be > 0"),
     (["--models", "gpt"], "--out is required"),
 ])
@@ -97,57 +99,63 @@ def _row(strategy, act=None, status="ok", note=""):
                compile_s=1.0, loss=1.0, grad_norm=1.0, note=note)
 
 
-@pytest.mark.parametrize("inductor, full_ac, fraction", [
-    (9.51, 3.46, 0.36),   # 0.3638: rounded down
-    (1.0, 0.29, 0.29),    # 0.29 * 100 is 28.999999999999996 in floating point
-    (10.0, 3.0, 0.30),
-    (4.0, 5.0, 1.0),      # full checkpointing holding more than Inductor: nothing to move
+def _peaked(strategy, peak, status="ok", note=""):
+    row = _row(strategy, 1.0, status, note)
+    row.peak_gib = peak
+    return row
+
+
+@pytest.mark.parametrize("full_ac, limit", [
+    (3.73, "3819MiB"),      # 3819.52 MiB: rounded down, so the row's limit is never above it
+    (3.0, "3072MiB"),
 ])
-def test_full_fraction_is_full_ac_over_inductor_rounded_down(inductor, full_ac, fraction):
-    rows = [_row("inductor", inductor), _row("sac", 2.0), _row("full_ac", full_ac)]
-    assert zoo.full_ac_fraction(rows) == fraction
+def test_full_limit_is_full_ac_peak_rounded_down(full_ac, limit):
+    rows = [_peaked("inductor", 10.56), _peaked("sac", 8.2), _peaked("full_ac", full_ac)]
+    assert zoo.full_limit(rows) == limit
 
 
 @pytest.mark.parametrize("rows, message", [
-    ([_row("inductor", 9.5)], "needs a measured full_ac row (not run)"),
-    ([_row("inductor", status="oom", note="CUDA out of memory"), _row("full_ac", 3.0)],
+    ([_peaked("inductor", 9.5)], "needs a measured full_ac row (not run)"),
+    ([_peaked("inductor", None, status="oom", note="CUDA out of memory"), _peaked("full_ac", 3.0)],
      "needs a measured inductor row (oom: CUDA out of memory)"),
-    ([_row("inductor"), _row("full_ac")], "measured on CUDA only"),
-    ([_row("inductor", 1000.0), _row("full_ac", 4.0)], "under the 0.01"),
+    ([_peaked("inductor", 9.5), _row("full_ac")], "needs the full_ac row's peak, measured on CUDA only"),
 ])
-def test_full_fraction_refuses_with_the_reason(rows, message):
+def test_full_limit_refuses_with_the_reason(rows, message):
     with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
-        zoo.full_ac_fraction(rows)
+        zoo.full_limit(rows)
 
 
 def test_full_runs_after_its_rows_and_the_time_budget_stops_new_rows(tmp_path):
-    """offload:FULL runs as offload:<full_ac act / inductor act>; once --budget-seconds
-    have passed no row starts, and the rows left are reported as not run."""
-    measured = {"inductor": 9.51, "full_ac": 3.46, "offload:0.36": 3.3}
+    """offload-limit:FULL runs as offload-limit:<full_ac's peak in MiB>; once
+    --budget-seconds have passed no row starts, and the rows left are reported as not run."""
+    measured = {"inductor": (9.51, 10.5), "full_ac": (3.46, 4.5), "offload-limit:4608MiB": (3.3, 4.4)}
     started, now = [], [0.0]
 
     def run(model, strategy, settings):
         started.append(strategy)
         now[0] += 100.0  # each row takes 100 s
-        return _row(strategy, measured[strategy])
+        act, peak = measured[strategy]
+        row = _row(strategy, act)
+        row.peak_gib = peak
+        return row
 
     settings = zoo.Settings(device="cuda", steps=1, warmup=0, timeout_s=60, out=tmp_path,
                             budget_s=250)
-    plan = {"gpt": ["inductor", "full_ac", "offload:FULL", "offload:auto"],
+    plan = {"gpt": ["inductor", "full_ac", zoo.FULL, "offload:auto"],
             "llama": ["inductor"]}
     results = zoo.run_zoo(plan, settings, run=run, clock=lambda: now[0])
-    assert started == ["inductor", "full_ac", "offload:0.36"]
+    assert started == ["inductor", "full_ac", "offload-limit:4608MiB"]
     gpt = results["gpt"]
     assert [(r.strategy, r.status) for r in gpt] == [
-        ("inductor", "ok"), ("full_ac", "ok"), ("offload:0.36", "ok"), ("offload:auto", "not run")]
-    assert gpt[2].extra["zoo_strategy"] == "offload:FULL" and "offload:FULL" in gpt[2].note
+        ("inductor", "ok"), ("full_ac", "ok"), ("offload-limit:4608MiB", "ok"), ("offload:auto", "not run")]
+    assert gpt[2].extra["zoo_strategy"] == "offload-limit:FULL" and "offload-limit:FULL" in gpt[2].note
     assert "--budget-seconds 250 spent" in gpt[3].note
     assert [(r.strategy, r.status) for r in results["llama"]] == [("inductor", "not run")]
     data = json.loads((tmp_path / "zoo.json").read_text())
     assert [(x["model"], x["strategy"]) for x in data["not_run"]] == [
         ("gpt", "offload:auto"), ("llama", "inductor")]
     table = zoo.model_table(zoo.MODELS["gpt"], gpt)
-    assert "offload:FULL=0.36" in table and "predicted activation peak, not the measured memory" in table
+    assert "offload-limit:FULL=4608MiB" in table and "at full checkpointing's memory" in table
     # No sac row: activation ratios are to Inductor's, and the table says so.
     assert "x inductor act" in table and "no measured sac row" in table
     line = next(l for l in table.splitlines() if l.startswith("full_ac"))
@@ -193,23 +201,23 @@ def test_mid_limit_row_runs_with_the_midpoint_of_the_measured_peaks(tmp_path):
     table = zoo.model_table(zoo.MODELS["gpt"], results["gpt"])
     assert "offload-limit:MID=15360MiB" in table and "midpoint" in table
     assert "graph 1 (re-planned): measured 100.0 ms / 4.20 GiB (peak in backward), predicted 101.0 ms" in table
-    with pytest.raises(ValueError, match="needs a measured inductor row with a peak"):
-        zoo.mid_limit([_row("inductor", 1.0)])  # no peak: measured on CPU
+    with pytest.raises(ValueError, match="needs the inductor row's peak, measured on CUDA only"):
+        zoo.mid_limit([_row("inductor", 1.0), _row("full_ac", 1.0)])  # no peaks: measured on CPU
 
 
 def test_a_per_block_model_compiles_every_row_one_block_at_a_time(tmp_path, capsys):
     """``tiny_gpt_blocks`` (as ``llama_blocks``): each row compiles every block on its own,
     and the step-memory rows, which do not translate into a per-call budget, say so."""
-    assert "offload:FULL" not in zoo.MODELS["llama_blocks"].default_strategies()
+    assert zoo.FULL not in zoo.MODELS["llama_blocks"].default_strategies()
     out = tmp_path / "zoo"
     rc = zoo.main(["--models", "tiny_gpt_blocks", "--device", "cpu", "--strategies",
-                   "inductor,full_ac,offload:0.5,offload:FULL", "--steps", "1", "--warmup", "0",
+                   "inductor,full_ac,offload:0.5,offload-limit:FULL", "--steps", "1", "--warmup", "0",
                    "--out", str(out), "--caches", "warm"])
     printed = capsys.readouterr().out
     assert rc == 0, printed
     rows = json.loads((out / "zoo.json").read_text())["models"]["tiny_gpt_blocks"]["rows"]
     assert [(r["strategy"], r["status"]) for r in rows] == [
-        ("inductor", "ok"), ("full_ac", "ok"), ("offload:0.5", "ok"), ("offload:FULL", "not run")], rows
+        ("inductor", "ok"), ("full_ac", "ok"), ("offload:0.5", "ok"), ("offload-limit:FULL", "not run")], rows
     assert "bounds each block's call" in rows[-1]["note"]
     assert all(r["agrees"] == "yes" for r in rows[:3])
 
