@@ -53,6 +53,8 @@ FULL_NOTE = ("offload-limit:FULL: memory_limit = full_ac's measured peak GiB (th
 MID_NOTE = ("offload-limit:MID: memory_limit = the midpoint of inductor's and full_ac's measured "
             "peak GiB (the whole step, parameters and optimizer included): the limit is met "
             "when this row's peak GiB is at most it")
+#: What each derived row stands for, printed with the rows and under the tables.
+NOTES = {FULL: FULL_NOTE, MID: MID_NOTE}
 NOT_RUN = "not run"
 BASES = ("eager", "inductor", "full_ac", "sac", "budget", "torch_offload", "offload")
 STRATEGY_HELP = ("eager, inductor, full_ac, sac, budget:B, torch_offload, offload:auto, "
@@ -170,7 +172,7 @@ def derive(model: ZooModel, strategy: str, rows: list) -> str:
 
 def check_strategy(name: str) -> None:
     """Refuses a strategy the harness would not know, naming the valid ones."""
-    if name in (FULL, MID) or name.startswith("offload-limit:"):
+    if name.startswith("offload-limit:"):  # FULL, MID, or bytes the harness checks
         return
     base, _, arg = name.partition(":")
     ok = base in BASES and (bool(arg) == (base in ("budget", "offload")))
@@ -186,7 +188,7 @@ def check_strategy(name: str) -> None:
 
 
 def check_order(strategies: list[str]) -> None:
-    for derived in (FULL, MID):
+    for derived in NOTES:
         if derived in strategies:
             before = strategies[:strategies.index(derived)]
             missing = [s for s in ("inductor", "full_ac") if s not in before]
@@ -257,8 +259,7 @@ def run_zoo(plan: dict[str, list[str]], settings: Settings, *,
                     rows.append(Row(strategy=strategy, status=NOT_RUN, note=str(e)))
                     _write(results, settings)
                     continue
-                note = FULL_NOTE if strategy == FULL else MID_NOTE
-                say(f"zoo: {name}: {strategy} is {actual} ({note.split(': ', 1)[1]})")
+                say(f"zoo: {name}: {strategy} is {actual} ({NOTES[strategy].split(': ', 1)[1]})")
             say(f"zoo: {name}: {actual} ...")
             row = run(model, actual, settings)
             if strategy in DERIVED:
@@ -346,10 +347,9 @@ def model_table(model: ZooModel, rows: list) -> str:
         lines.append(f"sac: {model.no_sac}")
     elif reference != model.reference:
         lines.append(f"x inductor act: no measured {model.reference} row to compare with")
-    if any(r.strategy == FULL or r.extra.get("zoo_strategy") == FULL for r in rows):
-        lines.append(FULL_NOTE)
-    if any(r.strategy == MID or r.extra.get("zoo_strategy") == MID for r in rows):
-        lines.append(MID_NOTE)
+    for derived, note in NOTES.items():
+        if any(r.strategy == derived or r.extra.get("zoo_strategy") == derived for r in rows):
+            lines.append(note)
     for r in rows:
         for m in r.extra.get("measured_vs_predicted", []):
             lines.append(

@@ -210,9 +210,8 @@ class MeasuredGraph:
                             "after %d re-plan(s) (%s); keeping this plan", plan.graph_id,
                             nbytes_text(over), self.replans, "; ".join(why))
             elif why and self.recompile is None:
-                log.info("offload: graph %d: measured only, not planned again (a block's calls "
-                         "overlap their neighbours', or a policy with nothing to choose): %s",
-                         plan.graph_id, "; ".join(why))
+                log.info("offload: graph %d: measured only, not planned again (per_block, a graph "
+                         "with dynamic sizes, or policy=\"all\"): %s", plan.graph_id, "; ".join(why))
             elif why:
                 log.warning("offload: graph %d: the re-planned prediction still differs from the "
                             "measurement (%s); keeping this plan", plan.graph_id, "; ".join(why))

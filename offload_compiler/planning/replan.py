@@ -208,10 +208,11 @@ def fitted_scales(resimulate: Callable[..., Any], measured: Any, guess: list[flo
         if by_host[phase]:  # the GPU waited for the host: its time says nothing of the kernels
             fitted.append(guess[phase])
             continue
-        if abs(phase_ms(guess[phase], phase, fw_k) - target) <= FIT_SLACK * target:
+        at_guess = phase_ms(guess[phase], phase, fw_k)
+        if abs(at_guess - target) <= FIT_SLACK * target:
             fitted.append(guess[phase])
             continue
-        at_one = phase_ms(1.0, phase, fw_k)
+        at_one = at_guess if guess[phase] == 1.0 else phase_ms(1.0, phase, fw_k)
         if abs(at_one - target) <= FIT_SLACK * target:
             fitted.append(1.0)
             continue

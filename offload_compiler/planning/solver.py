@@ -310,8 +310,10 @@ def _greedy(problem: _Problem, budget_bytes: int | None) -> Solution:
                   key=lambda x: (-recompute_per_byte(x), x.produced, x.name))
     pairs = ((x, y) for x in cheap for y in dear if recompute_per_byte(y) > recompute_per_byte(x))
     for x, y in itertools.islice(pairs, EXCHANGE_TRIES):
+        if decisions[x.name] != OFFLOAD or not free(y):  # taken by an earlier exchange
+            continue
         trial = {**decisions, x.name: RECOMPUTE, y.name: OFFLOAD}
-        if decisions[x.name] != OFFLOAD or not free(y) or over_host_cap(trial):
+        if over_host_cap(trial):
             continue
         result = run(trial)
         if exchange_gain(result):

@@ -110,9 +110,9 @@ class HostPool(Prefilling):
                 owner: Any = None) -> tuple[torch.Tensor, HostBlock] | None:
         """A host tensor with ``like``'s shape, strides and dtype, and its block.
 
-        ``like`` must be dense and non-overlapping (the planner only offloads such
-        tensors); its storage offset is not carried (``d2h`` passes a source). Returns ``None`` if no block can be had; the
-        caller then keeps the tensor on the device. ``owner`` (a ``StorageWeakRef``)
+        ``like`` must be dense and non-overlapping (the planner only offloads such); its
+        storage offset is not carried. ``None`` if no block can be had: the caller then
+        keeps the tensor on the device. ``owner`` (a ``StorageWeakRef``)
         keeps the block checked out while it lives, whoever holds the host tensor.
         """
         nbytes = like.numel() * like.element_size()
