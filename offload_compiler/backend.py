@@ -154,9 +154,8 @@ class OffloadBackend:
         def recompile(new: Corrections, args: list) -> tuple[Callable[..., Any], GraphPlan | None]:
             return self._compile_planned(gm, args, config, planned_at, new, patches, slots, device)
 
-        # Measured only: "all" (nothing to choose), and per_block (a block's calls overlap
-        # their neighbours', which its measurement does not separate yet).
-        replans = planned_at is None and config.policy == "cost_model" and not config.per_block
+        # Measured only: "all" (nothing to choose) and a graph with dynamic sizes.
+        replans = planned_at is None and config.policy == "cost_model"
         measured = MeasuredGraph(compiled, plan, device, corrections, recompile if replans else None)
         self._measured.add(measured)
         return measured

@@ -4,9 +4,14 @@ planned again once if the measurement contradicts the plan.
 :class:`MeasuredGraph` runs the inner compiler's callable. Once a backward of the graph
 has run (the first step is over: every call of a graph that runs many times per step,
 one per block, has pinned its host memory and Inductor has compiled the backward), it
-measures memory on the next call (the allocator's records), time on the one after
-(events), both through ``runtime.measure.source``; at the call after that it compares
-the measurement with the plan's predictions (``planning.replan.disagreements``). A timed
+measures memory on one call (the allocator's records) and time on the same call of the
+next step (events), both through ``runtime.measure.source``; once both backwards have
+run it compares the measurement with the plan's predictions
+(``planning.replan.disagreements``). A graph called once per step measures the next two
+calls. A graph called N times per step (one block's graph in a chain, ``per_block``)
+measures its middle call, ``N // 2``: a call with neighbours on both sides, as the
+chain's plan assumes, and the timed call starts after the memory call's backward ended,
+so the allocator's recording (which slows the host) is off while it runs. A timed
 call during which the host pool allocated or released a block (pinning host memory
 stops the host for a while, and the GPU with it; giving it back waits for the whole
 device) is measured again, ``MAX_REMEASURES`` times at most. Where they disagree beyond the
@@ -77,7 +82,9 @@ class MeasuredGraph:
         self.replans = 0
         self.remeasures = 0
         self.backwards = 0  # backward passes of the current compiled graph seen to end
-        self.first: int | None = None  # the call measured for memory; the next for time
+        self.per_step = 1  # calls in the first step (before the first call's backward ended)
+        self.first: int | None = None  # the call measured for memory
+        self.timed_at: int | None = None  # the call measured for time
         self.warming = False  # a call's backward is watched to end the warm-up
         self.recorders: dict[str, Any] = {}
         self.disturbed = False  # the host pool allocated or released during the timed call
@@ -92,25 +99,31 @@ class MeasuredGraph:
         self.calls += 1
         if self.first is None:
             return self._warm_up(args)
-        if self.calls > self.first + 1 and self.recorders and all(
-                r.complete() for r, _ in self.recorders.values()):
+        if (self.timed_at is not None and self.calls > self.timed_at
+                and all(r.complete() for r, _ in self.recorders.values())):
             self._evaluate(list(args))  # both measured calls finished their backward
             if self.done:
                 return self.compiled(*args)
             if self.first is None:  # planned again: the new graph warms up first
                 return self._warm_up(args)
-        elif self.calls > self.first + 1 + GIVE_UP_CALLS:
+        elif self.calls > self.first + self.per_step + GIVE_UP_CALLS:
             self._abandon()
             return self.compiled(*args)
-        what = {self.first: "memory", self.first + 1: "time"}.get(self.calls)
-        recorder = None
-        if what is not None and torch.is_grad_enabled():
-            # Each offloaded value: a copy and a wait in the forward, the same in the backward.
-            intervals = 4 * len(self.plan.offloaded) if what == "time" else 0
-            recorder = measure.source.recorder(self.device, self.calls, what, intervals)
-        if recorder is None:
-            if what is not None and not torch.is_grad_enabled():
+        what = None
+        if self.calls == self.first:
+            what = "memory"
+        elif self.timed_at is None and self.calls >= self.first + self.per_step and self._memory_done():
+            what = "time"  # the memory call's, a step later (or the first call after its backward)
+        if what is None or not torch.is_grad_enabled():
+            if what == "memory":
                 self.first += 1  # measure a training call
+            return self.compiled(*args)
+        # Each offloaded value: a copy and a wait in the forward, the same in the backward.
+        intervals = 4 * len(self.plan.offloaded) if what == "time" else 0
+        recorder = measure.source.recorder(self.device, self.calls, what, intervals)
+        if what == "time":
+            self.timed_at = self.calls
+        if recorder is None:
             return self.compiled(*args)
         pool = host_pool()
         changes = pool.changes
@@ -126,10 +139,19 @@ class MeasuredGraph:
         handles = _on_backward(args, out, backward_done, lambda: recorder.probe("bw_start"))
         if handles is None:
             recorder.abort()
-            self.first += 1
+            if what == "memory":
+                self.first += 1
+            else:
+                self.timed_at = None
             return out
         self.recorders[what] = (recorder, handles)
         return out
+
+    def _memory_done(self) -> bool:
+        """The memory call's backward has ended (or it could not be measured): a timed
+        call started now runs without the allocator's recording."""
+        got = self.recorders.get("memory")
+        return got is None or got[0].complete()
 
     def _warm_up(self, args: tuple) -> Any:
         """Run a call of the warm-up; the first training call's backward ends it."""
@@ -142,7 +164,9 @@ class MeasuredGraph:
         self.backwards += 1
         self.warming = False
         if self.backwards >= WARMUP_BACKWARDS:
-            self.first = self.calls + 1
+            # Every call so far ran before the first one's backward ended: one step's.
+            self.per_step = max(1, self.calls)
+            self.first = self.calls + 1 + self.per_step // 2
         # else the next training call is watched
 
     def _abandon(self) -> None:
@@ -171,7 +195,8 @@ class MeasuredGraph:
         disturbed, self.disturbed = self.disturbed, False
         if disturbed and self.remeasures < MAX_REMEASURES:
             self.remeasures += 1
-            self.first = self.calls  # this call and the next, measured again
+            self.first = self.calls + self.per_step // 2  # measured again from this step
+            self.timed_at = None
             log.info("offload: graph %d: the host pool pinned or released memory during the timed call; "
                      "measuring again (%d/%d)", self.plan.graph_id, self.remeasures, MAX_REMEASURES)
             return
@@ -210,8 +235,8 @@ class MeasuredGraph:
                             "after %d re-plan(s) (%s); keeping this plan", plan.graph_id,
                             nbytes_text(over), self.replans, "; ".join(why))
             elif why and self.recompile is None:
-                log.info("offload: graph %d: measured only, not planned again (per_block, a graph "
-                         "with dynamic sizes, or policy=\"all\"): %s", plan.graph_id, "; ".join(why))
+                log.info("offload: graph %d: measured only, not planned again (a graph with dynamic "
+                         "sizes, or policy=\"all\"): %s", plan.graph_id, "; ".join(why))
             elif why:
                 log.warning("offload: graph %d: the re-planned prediction still differs from the "
                             "measurement (%s); keeping this plan", plan.graph_id, "; ".join(why))
@@ -226,8 +251,9 @@ class MeasuredGraph:
             self.previous = (self.compiled, plan, self.corrections)
         self.compiled, self.plan, self.corrections = compiled, new_plan, corrections
         self.replans += 1
-        self.calls = self.backwards = self.remeasures = 0
-        self.first = None
+        self.backwards = self.remeasures = 0
+        self.calls = 1  # the call being made runs the new graph: its first
+        self.first = self.timed_at = None
         self.done = new_plan is None or new_plan.predicted is None
 
     def _revert(self) -> None:

@@ -5,6 +5,7 @@ import copy
 import torch
 
 import offload_compiler
+from offload_compiler.runtime import measure
 from passes import transfer_nodes
 
 LOOPBACK = {"devices": ("cpu",), "min_offload_bytes": 0, "policy": "all"}
@@ -63,3 +64,45 @@ def assert_close(a, b, **tol):
 
 def counts(gm):
     return {k: len(transfer_nodes(gm.graph, k)) for k in ("d2h", "release", "h2d", "wait")}
+
+
+class FakeRecorder:
+    def __init__(self, call, what, make):
+        self.call, self.what, self.make, self.phases = call, what, make, []
+
+    def probe(self, phase):
+        self.phases.append(phase)
+
+    def complete(self):
+        return self.phases == list(measure.PHASES)
+
+    def abort(self):
+        self.phases.append("aborted")
+
+    def result(self):
+        return self.make(self.call) if self.complete() else None
+
+
+class FakeSource:
+    """Reports ``make(call)`` for every measured call; records what it was asked."""
+
+    def __init__(self, make):
+        self.make, self.asked = make, []
+
+    def recorder(self, device, call, what, intervals=0):
+        self.asked.append((call, what))
+        return FakeRecorder(call, what, self.make)
+
+
+def as_predicted(plans, *, peak_extra=0, time_scale=1.0, held=0):
+    """A measurement of the latest plan: its predictions, the peak ``peak_extra`` above
+    the modelled one (the prediction less the bytes a correction already added) and
+    compute ``time_scale`` times slower."""
+    def make(call):
+        p = plans[-1].predicted
+        modelled = p.step_peak_bytes - (plans[-1].corrections or {}).get("unmodelled_bytes", 0)
+        return measure.Measured(call=call, fw_ms=p.fw_compute_ms * time_scale,
+                                bw_ms=p.bw_compute_ms * time_scale + p.stall_ms, stall_ms=p.stall_ms,
+                                held_before_bytes=held,
+                                step_peak_bytes=modelled + peak_extra, peak_phase="backward")
+    return make

@@ -9,6 +9,7 @@ import copy
 import dataclasses
 import gc
 import json
+import logging
 
 import pytest
 import torch
@@ -18,6 +19,8 @@ from offload_compiler.decision import OFFLOAD
 from offload_compiler.models.gpt import GPT, make_batch, preset
 from offload_compiler.planning.simulator import Lanes, SimTensor, simulate
 from offload_compiler.runtime import chain, host_pool, measure
+
+from helpers import FakeSource, as_predicted
 
 CFG = preset("tiny", n_layers=3)
 MB = 1 << 20
@@ -491,26 +494,58 @@ class _Probes:
         return Recorder()
 
 
-def test_a_block_graph_is_measured_in_the_second_step_within_its_own_block(in_use_before):
+def test_a_block_graph_is_measured_at_its_middle_call_memory_and_time_a_step_apart(in_use_before):
     """The block graph runs once per block: every call of the first step pins host
-    memory before any backward ends, so the measured calls are the first two of the
-    second step (blocks 0 and 1), each probe inside its own block's backward."""
+    memory before any backward ends. Memory is measured at the middle call of the second
+    step (block 1 of 3: neighbours on both sides, as the chain's plan assumes), time at
+    the same call of the third, so the allocator's recording is off while it runs; each
+    probe inside its own block's backward."""
     order = []
     previous = measure.set_source(_Probes(order))
     try:
         model, _ = _per_block(_model(), memory_budget=0.5, per_block=True)
         batch = make_batch(CFG)
-        for _ in range(2):
+        for _ in range(3):
             _step(model, [batch], order)
             order.append(("step end",))
     finally:
         measure.set_source(previous)
-    first_end, second_end = [i for i, s in enumerate(order) if s == ("step end",)]
+    ends = [i for i, s in enumerate(order) if s == ("step end",)]
     probes = {(s[1], s[2], s[3]): i for i, s in enumerate(order) if s[0] == "probe"}
-    assert sorted({(call, what) for call, what, _ in probes}) == [(4, "memory"), (5, "time")]
-    assert all(first_end < i < second_end for i in probes.values())
-    for call, what, block in ((4, "memory", 0), (5, "time", 1)):
-        starts = order.index(("backward", block), first_end)  # right before its backward
-        ends = order.index(("backward", block - 1), first_end) if block else second_end
-        assert starts < probes[call, what, "bw_start"] < probes[call, what, "bw_end"] < ends
+    n = CFG.n_layers
+    assert sorted({(call, what) for call, what, _ in probes}) == [(n + 2, "memory"), (2 * n + 2, "time")]
+    assert probes[n + 2, "memory", "bw_end"] < probes[2 * n + 2, "time", "fw_start"]
+    for call, what, step in ((n + 2, "memory", 1), (2 * n + 2, "time", 2)):
+        assert all(ends[step - 1] < probes[call, what, p] < ends[step] for p in measure.PHASES)
+        starts = order.index(("backward", 1), ends[step - 1])  # right before block 1's backward
+        assert starts < probes[call, what, "bw_start"] < probes[call, what, "bw_end"]
+        assert probes[call, what, "bw_end"] < order.index(("backward", 0), ends[step - 1])
+    _nothing_left(in_use_before)
+
+
+def test_a_block_graph_is_planned_again_from_its_measurement_at_a_step_boundary(in_use_before, caplog):
+    """Compute measured at twice the estimate: the block graph is planned again once,
+    from the measurement; the new plan takes over at the first call of a step (its
+    warm-up counts a whole step's calls, so it is measured at the middle call again),
+    and the gradients stay bitwise equal to the model without offloading throughout
+    (seven steps: warm-up, memory, time; the re-plan's warm-up, memory, time; the
+    call that reads the new plan's measurement)."""
+    model, batch = _model(), [make_batch(CFG)]
+    ref, _ = _per_block(model, policy="none")
+    want = [_step(ref, batch) for _ in range(7)]
+    got, backend = _per_block(model, memory_budget=0.5, per_block=True)
+    fake = FakeSource(as_predicted(backend.plans, time_scale=2.0))
+    previous = measure.set_source(fake)
+    try:
+        with caplog.at_level(logging.INFO, logger="offload_compiler"):
+            for step in range(7):
+                _assert_bitwise(want[step], _step(got, batch))
+    finally:
+        measure.set_source(previous)
+    n = CFG.n_layers
+    assert fake.asked == [(n + 2, "memory"), (2 * n + 2, "time")] * 2
+    first, second = backend.plans
+    assert second.replaces == first.graph_id and second.measured is not None
+    assert second.corrections["fw_scale"] == pytest.approx(2.0, rel=0.05)
+    assert "planning again from the measurement" in caplog.text
     _nothing_left(in_use_before)

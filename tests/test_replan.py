@@ -19,37 +19,9 @@ from offload_compiler.planning.replan import TOLERANCE, Corrections, MemoryLimit
 from offload_compiler.replanning import MAX_LIMIT_REPLANS
 from offload_compiler.runtime import host_pool, measure
 
-from helpers import assert_bitwise, backend, train
+from helpers import FakeSource, as_predicted, assert_bitwise, backend, train
 
 OPTIONS = {"devices": ("cpu",), "inner_compiler": "eager", "min_offload_bytes": 0}
-
-
-class FakeRecorder:
-    def __init__(self, call, what, make):
-        self.call, self.what, self.make, self.phases = call, what, make, []
-
-    def probe(self, phase):
-        self.phases.append(phase)
-
-    def complete(self):
-        return self.phases == list(measure.PHASES)
-
-    def abort(self):
-        self.phases.append("aborted")
-
-    def result(self):
-        return self.make(self.call) if self.complete() else None
-
-
-class FakeSource:
-    """Reports ``make(call)`` for every measured call; records what it was asked."""
-
-    def __init__(self, make):
-        self.make, self.asked = make, []
-
-    def recorder(self, device, call, what, intervals=0):
-        self.asked.append((call, what))
-        return FakeRecorder(call, what, self.make)
 
 
 @pytest.fixture
@@ -71,20 +43,6 @@ def _model():
     return GPT(cfg), make_batch(cfg)
 
 
-def _as_predicted(plans, *, peak_extra=0, time_scale=1.0, held=0):
-    """A measurement of the latest plan: its predictions, the peak ``peak_extra`` above
-    the modelled one (the prediction less the bytes a correction already added) and
-    compute ``time_scale`` times slower."""
-    def make(call):
-        p = plans[-1].predicted
-        modelled = p.step_peak_bytes - (plans[-1].corrections or {}).get("unmodelled_bytes", 0)
-        return measure.Measured(call=call, fw_ms=p.fw_compute_ms * time_scale,
-                                bw_ms=p.bw_compute_ms * time_scale + p.stall_ms, stall_ms=p.stall_ms,
-                                held_before_bytes=held,
-                                step_peak_bytes=modelled + peak_extra, peak_phase="backward")
-    return make
-
-
 def _run(b, steps):
     model, batch = _model()
     return train(model, batch, b, steps=steps)
@@ -92,7 +50,7 @@ def _run(b, steps):
 
 def test_a_measurement_within_tolerance_changes_nothing(source):
     b = backend(**OPTIONS, memory_budget=0.5)
-    fake = source(_as_predicted(b.plans))
+    fake = source(as_predicted(b.plans))
     _run(b, steps=5)
     assert [what for _, what in fake.asked] == ["memory", "time"]
     (plan,) = b.plans
@@ -107,7 +65,7 @@ def test_a_peak_over_the_memory_limit_plans_again_once_and_the_new_plan_fits(sou
     extra = baseline_peak // 3  # what the model does not see (measured)
     limit = baseline_peak + extra // 2  # the unmodified step fits as predicted, not as measured
     b = backend(**OPTIONS, memory_limit=f"{limit}B")
-    fake = source(_as_predicted(b.plans, peak_extra=extra))
+    fake = source(as_predicted(b.plans, peak_extra=extra))
     with caplog.at_level(logging.INFO, logger="offload_compiler"):
         _run(b, steps=9)
     first, second = b.plans  # re-planned once, however many steps follow
@@ -126,7 +84,7 @@ def test_a_peak_over_the_memory_limit_plans_again_once_and_the_new_plan_fits(sou
 
 def test_slower_compute_than_estimated_corrects_the_times(source):
     b = backend(**OPTIONS, memory_budget=0.5)
-    source(_as_predicted(b.plans, time_scale=2.0))
+    source(as_predicted(b.plans, time_scale=2.0))
     _run(b, steps=6)
     first, second = b.plans
     p = first.predicted  # the report splits the step into what each part measured
@@ -143,7 +101,7 @@ def test_a_new_plan_measured_worse_than_the_one_it_replaced_is_given_up(source, 
     and stays there, with gradients as without the backend."""
     def make(call):
         if len(b.plans) == 1:
-            return _as_predicted(b.plans, time_scale=2.0)(call)
+            return as_predicted(b.plans, time_scale=2.0)(call)
         first = b.plans[0].measured
         return dataclasses.replace(first, call=call, fw_ms=first.fw_ms * 1.5, bw_ms=first.bw_ms * 1.5)
 
@@ -182,7 +140,7 @@ def test_gradients_are_bitwise_equal_across_a_replan(source):
     model, batch = _model()
     reference = train(model, batch, backend(**OPTIONS, policy="none", replan=False), steps=7)
     b = backend(**OPTIONS, memory_budget=0.5)
-    source(_as_predicted(b.plans, time_scale=2.5, peak_extra=1 << 20))
+    source(as_predicted(b.plans, time_scale=2.5, peak_extra=1 << 20))
     got = train(model, batch, b, steps=7)
     assert len(b.plans) == 2  # the plan changed at step 5 (call 4 evaluates; same inputs)
     assert_bitwise(got, reference)
@@ -190,14 +148,14 @@ def test_gradients_are_bitwise_equal_across_a_replan(source):
 
 def test_replan_false_measures_nothing(source):
     b = backend(**OPTIONS, memory_budget=0.5, replan=False)
-    fake = source(_as_predicted(b.plans, time_scale=3.0))
+    fake = source(as_predicted(b.plans, time_scale=3.0))
     _run(b, steps=5)
     assert fake.asked == [] and len(b.plans) == 1 and b.plans[0].measured is None
 
 
 def test_no_measurement_without_backward(source):
     b = backend(**OPTIONS, memory_budget=0.5)
-    fake = source(_as_predicted(b.plans, time_scale=3.0))
+    fake = source(as_predicted(b.plans, time_scale=3.0))
     model, (x, y) = _model()
     compiled = torch.compile(model, backend=b)
     compiled(x, y).backward()
@@ -343,7 +301,7 @@ def test_the_measurement_is_written_to_the_dump_beside_the_prediction(source, tm
     import json
 
     b = backend(**OPTIONS, memory_budget=0.5, dump_dir=str(tmp_path))
-    make = _as_predicted(b.plans)
+    make = as_predicted(b.plans)
 
     def with_events(call):
         m = make(call)
@@ -367,16 +325,16 @@ def test_a_measurement_far_from_any_plan_is_not_acted_on(source, caplog):
     """A measured step 10x the prediction measured something else (other graphs' work
     inside this graph's span): warned about, the plan kept."""
     b = backend(**OPTIONS, memory_budget=0.5)
-    source(_as_predicted(b.plans, time_scale=10.0))
+    source(as_predicted(b.plans, time_scale=10.0))
     with caplog.at_level(logging.WARNING, logger="offload_compiler"):
         _run(b, steps=6)
     assert len(b.plans) == 1 and b.plans[0].measured is not None
     assert "keeping the plan" in caplog.text
 
 
-def test_per_block_graphs_are_measured_not_replanned(source, caplog):
-    b = backend(**OPTIONS, memory_budget=0.5, per_block=True)
-    fake = source(_as_predicted(b.plans, time_scale=2.0))
+def test_a_graph_planned_for_all_is_measured_not_replanned(source, caplog):
+    b = backend(**OPTIONS, policy="all")
+    fake = source(as_predicted(b.plans, time_scale=2.0))
     with caplog.at_level(logging.INFO, logger="offload_compiler"):
         _run(b, steps=6)
     assert len(fake.asked) == 2 and len(b.plans) == 1 and b.plans[0].measured is not None
@@ -391,7 +349,7 @@ def test_a_timed_call_during_which_host_memory_was_pinned_or_released_is_measure
     during which the host pool allocated or released a block measures that, not the
     plan. It is measured again on the next two calls (memory, then time)."""
     b = backend(**OPTIONS, memory_budget=0.5)
-    fake = source(_as_predicted(b.plans))
+    fake = source(as_predicted(b.plans))
     made, held = fake.recorder, []
     pool = host_pool()
 
@@ -451,7 +409,7 @@ def test_a_step_still_over_the_memory_limit_after_a_replan_plans_again(source, c
         modelled = plan.predicted.step_peak_bytes - (plan.corrections or {}).get("unmodelled_bytes", 0)
         if n not in extras:
             extras[n] = limit + base // 40 - modelled if n <= 2 else extras[2]
-        return _as_predicted(b.plans, peak_extra=extras[n])(call)
+        return as_predicted(b.plans, peak_extra=extras[n])(call)
 
     source(make)
     with caplog.at_level(logging.INFO, logger="offload_compiler"):
