@@ -182,3 +182,35 @@ def test_one_extern_kernel_definition_for_passes_and_cost_model():
     plain = g.call_function(rng_prims.run_and_save_rng_state, (torch.ops.aten.relu.default, a))
     assert kernels.is_extern(wrapped) and not kernels.is_extern(plain)
     assert kernels.called_op(wrapped)[0] is torch.ops.aten.mm.default
+
+
+def _gelu_backward_recomputing(y, w, tangents_1):
+    """The backward graph of ``_gelu_joint`` whose partition recomputes the GELU output
+    from the saved matmul result ``y``, as a plan that recomputes it realises."""
+    g = torch.nn.functional.gelu(y)
+    grad_g = torch.mm(tangents_1, w.t())
+    grad_y = torch.ops.aten.gelu_backward(grad_g, y)
+    grad_w = torch.mm(g.t(), tangents_1)
+    return grad_y, grad_w
+
+
+def test_a_realised_recomputation_costs_what_the_solver_priced_it_at():
+    """The same recomputation priced in the joint graph (``chain_ms``, what the solver
+    chooses with) and as a node of the backward graph that realises it (``node_ms``,
+    what the realised plan is simulated with): its read of ``y``, which the GELU
+    backward reads anyway, is free in both; the backward's own ops pay as before."""
+    from offload_compiler.planning.costs import backward_fused_reads, fused_backward_reads
+
+    joint = make_fx(_gelu_joint, tracing_mode="fake")(*[torch.randn(N, N) for _ in range(3)])
+    priced = chain_ms([{n.name: n for n in joint.graph.nodes}["gelu"]], NodeCosts(CPU_PROFILE),
+                      fused_backward_reads(joint.graph))
+    bw = make_fx(_gelu_backward_recomputing, tracing_mode="fake")(*[torch.randn(N, N) for _ in range(3)])
+    nodes = {n.name: n for n in bw.graph.nodes}
+    free = backward_fused_reads(bw.graph)
+    assert set(free) == {nodes["gelu"], nodes["t"], nodes["t_1"]}  # the ops that depend on no tangent
+    assert nodes["y_1"] in free[nodes["gelu"]]
+    cost = NodeCosts(CPU_PROFILE)
+    assert cost(nodes["gelu"], free[nodes["gelu"]]) == pytest.approx(priced)
+    assert cost(nodes["gelu"]) == pytest.approx(priced + _ms(N * N * 4, launches=0))
+    assert cost(nodes["gelu_backward"], free.get(nodes["gelu_backward"], frozenset())) == \
+        pytest.approx(cost(nodes["gelu_backward"]))

@@ -23,7 +23,7 @@ from passes import Candidate
 from passes.analyze_candidates import saved_values
 from passes.nodes import aliases, is_extern, is_materialized, is_random, tensor_bytes, view_root
 
-from .costs import NodeCosts, chain_ms, fused_backward_reads
+from .costs import NodeCosts, backward_fused_reads, chain_ms, fused_backward_reads
 from .hardware import HardwareProfile
 from .liveness import Liveness, step_transients
 from ..decision import KEEP, OFFLOAD, Decision
@@ -155,8 +155,9 @@ def gather(fw_gm: fx.GraphModule, bw_gm: fx.GraphModule, num_fwd_outputs: int,
     if fw != 1.0:
         tensors = [dataclasses.replace(x, recompute_ms=x.recompute_ms * fw, shared_ms=x.shared_ms * fw)
                    for x in tensors]
+    free = backward_fused_reads(bw_gm.graph)
     return Facts(fw_nodes, bw_nodes, [cost(n) * fw for n in fw_nodes],
-                 [cost(n) * bw for n in bw_nodes], tensors, options, chains, bw_out_bytes=bw_out,
+                 [cost(n, free.get(n, frozenset())) * bw for n in bw_nodes], tensors, options, chains, bw_out_bytes=bw_out,
                  slowed=slowed, transients=transients)
 
 
