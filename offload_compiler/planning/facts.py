@@ -155,9 +155,10 @@ def gather(fw_gm: fx.GraphModule, bw_gm: fx.GraphModule, num_fwd_outputs: int,
     if fw != 1.0:
         tensors = [dataclasses.replace(x, recompute_ms=x.recompute_ms * fw, shared_ms=x.shared_ms * fw)
                    for x in tensors]
-    free = backward_fused_reads(bw_gm.graph)
-    return Facts(fw_nodes, bw_nodes, [cost(n) * fw for n in fw_nodes],
-                 [cost(n, free.get(n, frozenset())) * bw for n in bw_nodes], tensors, options, chains, bw_out_bytes=bw_out,
+    free = backward_fused_reads(bw_gm.graph)  # recomputations priced as the solver priced them
+    bw_ms = [cost(n, free.get(n, frozenset())) * bw for n in bw_nodes]
+    return Facts(fw_nodes, bw_nodes, [cost(n) * fw for n in fw_nodes], bw_ms, tensors, options, chains,
+                 bw_out_bytes=bw_out,
                  slowed=slowed, transients=transients)
 
 
