@@ -364,3 +364,36 @@ def test_auto_probes_next_to_the_solver_plan_first(first_peak, threshold, probes
     else:  # the bisection's resolution, as before (its grid moves with the edge probe)
         assert 0 <= got.final.peak_bytes - threshold <= (hi - lo) / 2 ** AUTO_REALISED_STEPS
         assert 0 <= old.final.peak_bytes - threshold <= (hi - lo) / 2 ** AUTO_REALISED_STEPS
+
+
+@pytest.mark.parametrize("first_peak, threshold, tries", [
+    (6000, 4750, 2),  # within: the edge probe and the line through it and the plan
+    (3000, 4750, 3),  # over: the line to nothing moved (not on the line) first, then this one
+])
+def test_auto_tries_where_the_realised_step_reaches_the_limit(first_peak, threshold, tries):
+    """The realised step rises as the peak falls, on a line through the limit at
+    ``threshold`` bytes (HF Llama's realised plans planned on a CPU: 3 us per MiB).
+    Each try after the one next to the solver's plan is where the line through the
+    plans seen so far meets the limit: two or three tries where the bisection took
+    five, and the same answer to within the bisection's resolution."""
+    from offload_compiler.planning.search import AUTO_REALISED_STEPS, _search_realised
+
+    limit_ms, baseline = 10.0, SimpleNamespace(step_ms=10.0 / 1.03, peak_bytes=10000)
+
+    def step(peak):
+        return limit_ms + (threshold - peak) * 1e-3
+
+    tried = []
+
+    def realise(budget):
+        tried.append(budget)
+        return _realised(budget, step(budget))
+
+    first = _realised(first_peak, step(first_peak))
+    gm = torch.fx.GraphModule(torch.nn.Module(), torch.fx.Graph())
+    got = _search_realised(first, realise, baseline, gm, {}, 0.03)
+    lo, hi = (first_peak // 2, first_peak) if first_peak >= threshold else (first_peak, 10000)
+    old = _old_search(first, realise, limit_ms, lo, hi)
+    assert len(tried) - 5 == tries  # the bisection's five came after
+    assert got.final.step_ms <= limit_ms and old.final.step_ms <= limit_ms
+    assert 0 <= got.final.peak_bytes - threshold <= (hi - lo) / 2 ** AUTO_REALISED_STEPS

@@ -8,10 +8,10 @@ One entry point, :func:`plan_graph`, for every policy:
   :func:`_realise` solves on the default partition, realises the recomputation the way
   SAC does under compile (``MUST_RECOMPUTE`` tags on the joint graph, min-cut again)
   and simulates; where the realised partition misses the bound it solves again on it,
-  up to ``MAX_ROUNDS`` times. For ``"auto"``, :func:`_search_realised` then bisects
-  over fixed budgets on realised partitions (``AUTO_REALISED_STEPS`` probes), since
-  min-cut often realises a recomputation cheaper than the solver's per-value chains
-  say. The result is the decisions, the partition that realises them, the predictions
+  up to ``MAX_ROUNDS`` times. For ``"auto"``, :func:`_search_realised` then searches
+  fixed budgets on realised partitions (``AUTO_REALISED_STEPS`` probes, each where the
+  line through the realised plans so far meets the step limit), since min-cut often
+  realises a recomputation cheaper than the solver's per-value chains say. The result is the decisions, the partition that realises them, the predictions
   and where each release and reload goes.
 """
 
@@ -22,7 +22,7 @@ import functools
 import logging
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 import torch.fx as fx
 
@@ -42,7 +42,7 @@ from .limits import fit_limit
 from .replan import Corrections
 from .reuse import Partition, Repartition, Reuse, recompute_tags, restore_tags
 from .simulator import Lanes, SimResult
-from .solver import SimMemo, Solution, bisect_budgets, solve
+from .solver import SimMemo, Solution, solve
 
 #: Progress of a compile, one line per phase (a child of ``offload_compiler``, so the
 #: one INFO summary per graph stays alone on that logger).
@@ -258,7 +258,8 @@ def _realise(joint_gm, num_fwd_outputs: int, config: OffloadConfig, start: Parti
 def _search_realised(first: _Realised, realise, baseline: SimResult, joint_gm: fx.GraphModule,
                      tags: dict[str, Any], max_overhead: float, graph_id: int = 0) -> _Realised:
     """``"auto"``: the least realised activation peak whose realised step stays within
-    ``max_overhead``, bisecting over fixed budgets (``AUTO_REALISED_STEPS`` probes).
+    ``max_overhead``, searching over fixed budgets (``AUTO_REALISED_STEPS`` probes,
+    :func:`_interpolate`).
 
     The solver's own search prices a recomputation by its chain in the default
     partition; min-cut often realises it cheaper (a value it recomputes is reused by
@@ -281,6 +282,7 @@ def _search_realised(first: _Realised, realise, baseline: SimResult, joint_gm: f
         lo, hi = first.final.peak_bytes, baseline.peak_bytes
 
     probe = 0
+    points: list[tuple[int, float]] = [(first.final.peak_bytes, first.final.step_ms)]
 
     def fits(budget: int) -> int | None:
         nonlocal best, probe
@@ -289,6 +291,7 @@ def _search_realised(first: _Realised, realise, baseline: SimResult, joint_gm: f
         restore_tags(joint_gm, tags)
         trial = realise(budget)
         within = trial.final.step_ms <= limit_ms
+        points.append((trial.final.peak_bytes, trial.final.step_ms))
         progress.info("offload: graph %d: \"auto\" probe %d/%d: budget %s -> peak %s, step %.2f ms "
                  "(%s the limit of %.2f ms), %.1f s", graph_id, probe, AUTO_REALISED_STEPS + 1,
                  _mib(budget), _mib(trial.final.peak_bytes), trial.final.step_ms,
@@ -304,9 +307,10 @@ def _search_realised(first: _Realised, realise, baseline: SimResult, joint_gm: f
     edge = _edge_budget(lo, hi, AUTO_REALISED_STEPS, all_miss=first_within)
     upper = fits(edge)
     if first_within and upper is not None:  # a lower peak within the limit: search below it
-        bisect_budgets(lo, upper, AUTO_REALISED_STEPS, fits)
+        _interpolate(lo, upper, AUTO_REALISED_STEPS, fits, points, limit_ms, (hi - lo) >> AUTO_REALISED_STEPS)
     elif not first_within and upper is None:  # still over: search above it
-        bisect_budgets(edge, hi, AUTO_REALISED_STEPS, fits)
+        points.append((baseline.peak_bytes, baseline.step_ms))  # nothing moved: within
+        _interpolate(edge, hi, AUTO_REALISED_STEPS, fits, points, limit_ms, (hi - lo) >> AUTO_REALISED_STEPS)
     else:
         progress.info("offload: graph %d: \"auto\": %s; no further probes", graph_id,
                       "the budget just below the plan's peak is over the limit too" if first_within
@@ -315,6 +319,44 @@ def _search_realised(first: _Realised, realise, baseline: SimResult, joint_gm: f
         restore_tags(joint_gm, tags)
         best = realise(baseline.peak_bytes)
     return best
+
+
+def _interpolate(lo: int, hi: int, steps: int, fits: Callable[[int], int | None],
+                 points: list[tuple[int, float]], limit_ms: float, resolution: int) -> None:
+    """Search budgets between ``lo`` (missed) and ``hi`` (met) for the least realised
+    peak within ``limit_ms``, as :func:`.solver.bisect_budgets` does, but trying where
+    the realised step is expected to reach the limit: on the line through the realised
+    plans (``points``, (peak, step) of each, which ``fits`` extends) nearest the limit
+    on either side, or, with none over it yet, the line through the two lowest peaks
+    within it. Each try is kept half the resolution from the ends of the range (so the
+    range shrinks by that at least), and a bisection's middle is tried where the line
+    says nothing (a step that does not rise as the peak falls). At most ``steps`` tries;
+    stops once ``hi - lo <= resolution``. On HF Llama (planned on a CPU) the bisection
+    spent four probes over the limit below a probe within it; the realised step is
+    close to linear in the peak there, so the line's first try lands near the answer."""
+    for _ in range(steps):
+        if hi - lo <= max(resolution, 1):
+            break
+        within = sorted(p for p in points if p[1] <= limit_ms)
+        over = [p for p in points if p[1] > limit_ms]
+        mid = (lo + hi) // 2
+        a, b = None, None
+        if over and within:
+            a, b = max(over), within[0]
+        elif len(within) >= 2:
+            a, b = within[0], within[1]
+        guess = mid
+        if a is not None and a[0] != b[0]:
+            slope = (b[1] - a[1]) / (b[0] - a[0])  # ms per byte: negative as the peak rises
+            if slope < 0:
+                guess = int(b[0] + (limit_ms - b[1]) / slope)
+        margin = max(resolution // 2, 1)
+        budget = min(max(guess, lo + margin), hi - margin)
+        upper = fits(budget)
+        if upper is None:
+            lo = budget
+        else:
+            hi = upper
 
 
 def _edge_budget(lo: int, hi: int, steps: int, *, all_miss: bool) -> int:
