@@ -27,6 +27,18 @@ microseconds before its use) against a plan that overlapped them
 (``benchmarks/RESULTS.md``, session 12). The planner has already placed every copy,
 release and recomputation and simulated the peak of that order; a graph without
 transfer ops is compiled as Inductor would.
+
+Fusion moves them too. After fusing, Inductor sorts its nodes by the earliest position
+of anything each fused kernel holds and then orders them topologically, so a kernel
+that fuses a node from before a copy's issue point with one from after it comes first,
+with everything it needs, and every op it does not need is issued after all of that.
+On HF Llama's decoder layer (one block at a time, an H100) the prefetch of the next
+block's first reload, planned before the attention backward, was issued after it and
+three more kernels: it landed 0.7 ms after the backward ended, a stall of the next
+block every call (``benchmarks/RESULTS.md``, session 18). :func:`issue_early`, run after
+fusion, puts each op that starts a copy (``d2h``, ``h2d``, ``prefetch_next`` and the
+token forms) right after the last node it depends on, as the plan placed it; the ops
+that wait for a copy stay where Inductor put them.
 """
 
 from __future__ import annotations
@@ -36,11 +48,13 @@ from typing import Any
 
 from passes.nodes import is_transfer
 
-from .runtime import graph_slots, ops
+from .runtime import chain, graph_slots, ops
 
 log = logging.getLogger("offload_compiler")
 
 _MARK = "_offload_aligned_result"
+#: Ops that start a copy (:func:`issue_early`).
+_ISSUE_OPS = (ops.D2H, ops.H2D, graph_slots.D2H, graph_slots.H2D, chain.PREFETCH_NEXT)
 
 
 def install() -> bool:
@@ -86,7 +100,72 @@ def compile_inner(gm, example_inputs, **kwargs: Any):
     from torch._inductor import config
     from torch._inductor.compile_fx import compile_fx_inner
 
-    if config.reorder_for_peak_memory and any(is_transfer(n) for n in gm.graph.nodes):
-        with config.patch(reorder_for_peak_memory=False):
-            return compile_fx_inner(gm, example_inputs, **kwargs)
-    return compile_fx_inner(gm, example_inputs, **kwargs)
+    if not any(is_transfer(n) for n in gm.graph.nodes):
+        return compile_fx_inner(gm, example_inputs, **kwargs)
+    patches: dict[str, Any] = {"reorder_for_peak_memory": False}
+    if hasattr(config, "_post_fusion_custom_pass"):
+        patches["_post_fusion_custom_pass"] = _issue_early_pass(config._post_fusion_custom_pass)
+    with config.patch(patches):
+        return compile_fx_inner(gm, example_inputs, **kwargs)
+
+
+def _issue_early_pass(previous):
+    """:func:`issue_early` as Inductor's post-fusion pass, after ``previous`` (a pass
+    already installed) if any."""
+    if _IssueEarly is None:  # pragma: no cover - a torch without keyed scheduler passes
+        return issue_early if previous is None else (lambda nodes: issue_early(previous(nodes)))
+    return _IssueEarly(previous)
+
+
+try:
+    from torch._inductor.custom_graph_pass import CustomSchedulerPass, get_hash_for_files
+except ImportError:  # pragma: no cover
+    _IssueEarly = None
+else:
+    class _IssueEarly(CustomSchedulerPass):
+        """:func:`issue_early` after ``previous``. Defined here, not per compile, so that
+        it pickles (Inductor's FX graph cache pickles the config) and its ``uuid`` (this
+        file's hash, and the previous pass's) keys the cache: a plain function makes
+        Inductor refuse to cache the graph."""
+
+        def __init__(self, previous=None) -> None:
+            self.previous = previous
+
+        def __call__(self, nodes: list) -> list:
+            return issue_early(self.previous(nodes) if self.previous is not None else nodes)
+
+        def uuid(self) -> Any:
+            before = self.previous.uuid() if isinstance(self.previous, CustomSchedulerPass) else None
+            return (get_hash_for_files((__file__,)), before)
+
+
+def _issues_copy(snode) -> bool:
+    return getattr(getattr(snode, "node", None), "op_overload", None) in _ISSUE_OPS
+
+
+def issue_early(nodes: list) -> list:
+    """Inductor's scheduler nodes (after fusion) with each op that starts a copy moved
+    up to right after the last node it depends on; everything else in its order. Every
+    dependency of a moved op stays before it and every node that depends on it stays
+    after it (it only moves up), so the order is still topological."""
+    if not any(_issues_copy(n) for n in nodes):
+        return nodes
+    rest = [n for n in nodes if not _issues_copy(n)]
+    where: dict[str, float] = {}  # buffer name -> position (a moved op: just after its producer)
+    for i, n in enumerate(rest):
+        for name in n.get_buffer_names():
+            where[name] = i
+    after: dict[int, list] = {}
+    for k, n in enumerate(nodes):
+        if not _issues_copy(n):
+            continue
+        pos = max((where.get(d.name, -1) for d in n.unmet_dependencies), default=-1)
+        at = int(pos // 1) if pos >= 0 else -1
+        after.setdefault(at, []).append(n)
+        for name in n.get_buffer_names():
+            where[name] = at + (k + 1) / (len(nodes) + 2)  # after ``at``, in issue order
+    out = list(after.get(-1, []))
+    for i, n in enumerate(rest):
+        out.append(n)
+        out.extend(after.get(i, []))
+    return out

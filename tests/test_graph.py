@@ -335,6 +335,84 @@ def test_copies_stay_where_the_plan_put_them(compile_inner):
         assert h2d > mms[-1] and d2h > mms[-1], calls
 
 
+def _copy_amid_a_fusion(host, a, w):
+    # A reduction before the reload's issue point that fuses with one after it (both
+    # read ``anchor``), which reads a matmul made after that point: the fused kernel
+    # sorts first, with that matmul before it.
+    anchor = torch.mm(a, w)
+    p = anchor.sum(dim=1)
+    x = torch.ops.offload.h2d(host, anchor, "cpu", None)
+    m = torch.mm(anchor, w)
+    q = p + (anchor * m).sum(dim=1)
+    torch.ops.offload.wait(x)
+    return (x * q.sum(),)
+
+
+@pytest.mark.parametrize("compile_inner", ["backend", "inductor"])
+def test_a_copy_is_issued_at_its_point_when_a_fusion_spans_it(compile_inner):
+    """After fusion Inductor sorts a fused kernel by its earliest node and puts what it
+    needs before it: a reload planned between the two matmuls was issued after the
+    second (HF Llama's per-block prefetch, session 18: issued after the attention
+    backward it was planned before). The backend moves every op that starts a copy back
+    to right after what it depends on. ``inductor``: Inductor alone, peak-memory
+    reordering off, shows the move (the test's premise)."""
+    from torch._inductor.compile_fx import compile_fx_inner
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from offload_compiler import lowering
+
+    args = [torch.randn(512, 512), torch.randn(512, 512), torch.randn(512, 512)]
+    gm = make_fx(_copy_amid_a_fusion)(*args)
+    inner = lowering.compile_inner if compile_inner == "backend" else compile_fx_inner
+    with torch._inductor.config.patch(reorder_for_peak_memory=False):
+        _, (code,) = run_and_get_code(lambda: inner(gm, list(args))(list(args)))
+    calls = _calls(code)
+    h2d = calls.index("torch.ops.offload.h2d")
+    mms = [i for i, c in enumerate(calls) if c == "extern_kernels.mm"]
+    assert len(mms) == 2, calls
+    if compile_inner == "backend":
+        assert h2d == mms[0] + 1, calls
+    else:
+        assert h2d > mms[1], calls
+
+
+def test_moving_copies_up_keeps_every_dependency_in_order():
+    """:func:`lowering.issue_early` on scheduler nodes in miniature: each op that starts a
+    copy goes right after the last node it depends on (in issue order where two land at
+    one place), a wait stays, and nothing that depends on a moved op comes before it."""
+    from types import SimpleNamespace as NS
+
+    from offload_compiler import lowering
+    from offload_compiler.runtime import chain, ops
+
+    def node(name, deps=(), op=None):
+        return NS(name=name, node=NS(op_overload=op), get_buffer_names=lambda: {name},
+                  unmet_dependencies=[NS(name=d) for d in deps])
+
+    order = [node("mm1"), node("mm2", ["mm1"]), node("fused", ["mm1", "mm2"]),
+             node("h2d", ["mm1"], ops.H2D), node("wait", ["h2d"], ops.WAIT),
+             node("prefetch", ["mm1", "h2d"], chain.PREFETCH_NEXT), node("d2h", [], ops.D2H),
+             node("mm3", ["fused", "h2d"])]
+    got = [n.name for n in lowering.issue_early(order)]
+    assert got == ["d2h", "mm1", "h2d", "prefetch", "mm2", "fused", "wait", "mm3"]
+    assert lowering.issue_early(order[:3]) == order[:3]
+
+
+def test_the_ordering_pass_keeps_inductors_graph_cache():
+    """Inductor pickles its config into the FX graph cache key and refuses to cache a
+    graph whose post-fusion pass is a plain function: the pass is a keyed, picklable
+    ``CustomSchedulerPass``, and a pass installed before it runs first."""
+    import pickle
+
+    from offload_compiler import lowering
+
+    seen = []
+    made = lowering._issue_early_pass(None)
+    assert pickle.loads(pickle.dumps(made)).uuid() == made.uuid()
+    chained = lowering._issue_early_pass(lambda nodes: seen.append(len(nodes)) or nodes)
+    assert chained([]) == [] and seen == [0]
+
+
 def test_the_backend_compiles_through_the_order_keeping_inner_compile(monkeypatch):
     from offload_compiler import lowering
 
