@@ -36,9 +36,9 @@ On HF Llama's decoder layer (one block at a time, an H100) the prefetch of the n
 block's first reload, planned before the attention backward, was issued after it and
 three more kernels: it landed 0.7 ms after the backward ended, a stall of the next
 block every call (``benchmarks/RESULTS.md``, session 18). :func:`issue_early`, run after
-fusion, puts each op that starts a copy (``d2h``, ``h2d``, ``prefetch_next`` and the
-token forms) right after the last node it depends on, as the plan placed it; the ops
-that wait for a copy stay where Inductor put them.
+fusion, moves each op that starts a copy (``d2h``, ``h2d``, ``prefetch_next`` and the
+token forms) back up to the next extern kernel after what it depends on, as the plan
+placed it; the ops that wait for a copy stay where Inductor put them.
 """
 
 from __future__ import annotations
@@ -143,24 +143,38 @@ def _issues_copy(snode) -> bool:
     return getattr(getattr(snode, "node", None), "op_overload", None) in _ISSUE_OPS
 
 
+def _extern(snode) -> bool:
+    """A kernel Inductor does not generate (a matmul, attention, any fallback op)."""
+    is_extern = getattr(snode, "is_extern", None)
+    return bool(is_extern()) if callable(is_extern) else False
+
+
 def issue_early(nodes: list) -> list:
-    """Inductor's scheduler nodes (after fusion) with each op that starts a copy moved
-    up to right after the last node it depends on; everything else in its order. Every
-    dependency of a moved op stays before it and every node that depends on it stays
-    after it (it only moves up), so the order is still topological."""
+    """Inductor's scheduler nodes (after fusion) with each op that starts a copy moved up
+    to where the plan put it: after the last node it depends on and the generated kernels
+    right after that, before the next extern kernel (the planner places a copy before
+    the next matmul or attention; stopping at generated kernels keeps the C++ backend's
+    runs of them in one function). Never later than Inductor put it; everything else in
+    its order. Every dependency of a moved op stays before it and every node that
+    depends on it after it (it only moves up), so the order is still topological."""
     if not any(_issues_copy(n) for n in nodes):
         return nodes
     rest = [n for n in nodes if not _issues_copy(n)]
-    where: dict[str, float] = {}  # buffer name -> position (a moved op: just after its producer)
+    where: dict[str, float] = {}  # buffer name -> position (a moved op: just after its place)
     for i, n in enumerate(rest):
         for name in n.get_buffer_names():
             where[name] = i
     after: dict[int, list] = {}
+    before = 0  # nodes of ``rest`` Inductor put before the current one
     for k, n in enumerate(nodes):
         if not _issues_copy(n):
+            before += 1
             continue
         pos = max((where.get(d.name, -1) for d in n.unmet_dependencies), default=-1)
         at = int(pos // 1) if pos >= 0 else -1
+        if pos == at:  # after a node of ``rest``: past the generated kernels that follow it
+            while at + 1 < before and not _extern(rest[at + 1]):
+                at += 1
         after.setdefault(at, []).append(n)
         for name in n.get_buffer_names():
             where[name] = at + (k + 1) / (len(nodes) + 2)  # after ``at``, in issue order

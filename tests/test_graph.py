@@ -378,24 +378,26 @@ def test_a_copy_is_issued_at_its_point_when_a_fusion_spans_it(compile_inner):
 
 def test_moving_copies_up_keeps_every_dependency_in_order():
     """:func:`lowering.issue_early` on scheduler nodes in miniature: each op that starts a
-    copy goes right after the last node it depends on (in issue order where two land at
-    one place), a wait stays, and nothing that depends on a moved op comes before it."""
+    copy goes up to the next extern kernel after the last node it depends on (past the
+    generated kernels between, in issue order where two land at one place), a wait
+    stays, and nothing that depends on a moved op comes before it."""
     from types import SimpleNamespace as NS
 
     from offload_compiler import lowering
     from offload_compiler.runtime import chain, ops
 
-    def node(name, deps=(), op=None):
+    def node(name, deps=(), op=None, extern=True):
         return NS(name=name, node=NS(op_overload=op), get_buffer_names=lambda: {name},
-                  unmet_dependencies=[NS(name=d) for d in deps])
+                  unmet_dependencies=[NS(name=d) for d in deps], is_extern=lambda: extern)
 
-    order = [node("mm1"), node("mm2", ["mm1"]), node("fused", ["mm1", "mm2"]),
+    order = [node("mm1"), node("gen", ["mm1"], extern=False), node("mm2", ["mm1"]),
+             node("fused", ["mm1", "mm2"], extern=False),
              node("h2d", ["mm1"], ops.H2D), node("wait", ["h2d"], ops.WAIT),
              node("prefetch", ["mm1", "h2d"], chain.PREFETCH_NEXT), node("d2h", [], ops.D2H),
              node("mm3", ["fused", "h2d"])]
     got = [n.name for n in lowering.issue_early(order)]
-    assert got == ["d2h", "mm1", "h2d", "prefetch", "mm2", "fused", "wait", "mm3"]
-    assert lowering.issue_early(order[:3]) == order[:3]
+    assert got == ["d2h", "mm1", "gen", "h2d", "prefetch", "mm2", "fused", "wait", "mm3"]
+    assert lowering.issue_early(order[:4]) == order[:4]
 
 
 def test_the_ordering_pass_keeps_inductors_graph_cache():
