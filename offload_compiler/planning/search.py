@@ -11,8 +11,9 @@ One entry point, :func:`plan_graph`, for every policy:
   up to ``MAX_ROUNDS`` times. For ``"auto"``, :func:`_search_realised` then searches
   fixed budgets on realised partitions (``AUTO_REALISED_STEPS`` probes, each where the
   line through the realised plans so far meets the step limit), since min-cut often
-  realises a recomputation cheaper than the solver's per-value chains say. The result is the decisions, the partition that realises them, the predictions
-  and where each release and reload goes.
+  realises a recomputation cheaper than the solver's per-value chains say. The result
+  is the decisions, the partition that realises them, the predictions and where each
+  release and reload goes.
 """
 
 from __future__ import annotations
