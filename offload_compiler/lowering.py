@@ -143,12 +143,6 @@ def _issues_copy(snode) -> bool:
     return getattr(getattr(snode, "node", None), "op_overload", None) in _ISSUE_OPS
 
 
-def _extern(snode) -> bool:
-    """A kernel Inductor does not generate (a matmul, attention, any fallback op)."""
-    is_extern = getattr(snode, "is_extern", None)
-    return bool(is_extern()) if callable(is_extern) else False
-
-
 def issue_early(nodes: list) -> list:
     """Inductor's scheduler nodes (after fusion) with each op that starts a copy moved up
     to where the plan put it: after the last node it depends on and the generated kernels
@@ -160,24 +154,21 @@ def issue_early(nodes: list) -> list:
     if not any(_issues_copy(n) for n in nodes):
         return nodes
     rest = [n for n in nodes if not _issues_copy(n)]
-    where: dict[str, float] = {}  # buffer name -> position (a moved op: just after its place)
-    for i, n in enumerate(rest):
-        for name in n.get_buffer_names():
-            where[name] = i
+    # buffer name -> (the node of ``rest`` it comes after, whether a moved op made it)
+    where = {name: (i, False) for i, n in enumerate(rest) for name in n.get_buffer_names()}
     after: dict[int, list] = {}
     before = 0  # nodes of ``rest`` Inductor put before the current one
-    for k, n in enumerate(nodes):
+    for n in nodes:
         if not _issues_copy(n):
             before += 1
             continue
-        pos = max((where.get(d.name, -1) for d in n.unmet_dependencies), default=-1)
-        at = int(pos // 1) if pos >= 0 else -1
-        if pos == at:  # after a node of ``rest``: past the generated kernels that follow it
-            while at + 1 < before and not _extern(rest[at + 1]):
+        at, moved = max((where[d.name] for d in n.unmet_dependencies if d.name in where),
+                        default=(-1, False))
+        if not moved:  # past the generated kernels after what it depends on
+            while at + 1 < before and not rest[at + 1].is_extern():
                 at += 1
-        after.setdefault(at, []).append(n)
-        for name in n.get_buffer_names():
-            where[name] = at + (k + 1) / (len(nodes) + 2)  # after ``at``, in issue order
+        after.setdefault(at, []).append(n)  # after a moved op it depends on, if any
+        where.update((name, (at, True)) for name in n.get_buffer_names())
     out = list(after.get(-1, []))
     for i, n in enumerate(rest):
         out.append(n)

@@ -199,14 +199,14 @@ def test_a_realised_recomputation_costs_what_the_solver_priced_it_at():
     chooses with) and as a node of the backward graph that realises it (``node_ms``,
     what the realised plan is simulated with): its read of ``y``, which the GELU
     backward reads anyway, is free in both; the backward's own ops pay as before."""
-    from offload_compiler.planning.costs import backward_fused_reads, fused_backward_reads
+    from offload_compiler.planning.costs import recompute_free_reads, fused_backward_reads
 
     joint = make_fx(_gelu_joint, tracing_mode="fake")(*[torch.randn(N, N) for _ in range(3)])
     priced = chain_ms([{n.name: n for n in joint.graph.nodes}["gelu"]], NodeCosts(CPU_PROFILE),
                       fused_backward_reads(joint.graph))
     bw = make_fx(_gelu_backward_recomputing, tracing_mode="fake")(*[torch.randn(N, N) for _ in range(3)])
     nodes = {n.name: n for n in bw.graph.nodes}
-    free = backward_fused_reads(bw.graph)
+    free = recompute_free_reads(bw.graph)
     assert set(free) == {nodes["gelu"], nodes["t"], nodes["t_1"]}  # the ops that depend on no tangent
     assert nodes["y_1"] in free[nodes["gelu"]]
     cost = NodeCosts(CPU_PROFILE)

@@ -96,7 +96,7 @@ def node_ms(node: fx.Node, hw: HardwareProfile, fused_reads: frozenset | set = f
     Extern kernels (FLOPs counted) cost the larger of compute and memory time. Other
     ops are assumed fused by Inductor: they cost only the bytes they read from and
     write to memory that is really materialized, less reads of ``fused_reads`` (values
-    a fused kernel next to it reads anyway: :func:`backward_fused_reads`).
+    a fused kernel next to it reads anyway: :func:`recompute_free_reads`).
     """
     if is_free(node):
         return 0.0
@@ -172,7 +172,7 @@ def _tangent_dependent(graph: fx.Graph) -> set[fx.Node]:
     return backward
 
 
-def backward_fused_reads(bw: fx.Graph) -> dict[fx.Node, set[fx.Node]]:
+def recompute_free_reads(bw: fx.Graph) -> dict[fx.Node, set[fx.Node]]:
     """For each recomputation in a backward graph (an op that depends on no tangent),
     the values it reads that the backward's own fused kernels read anyway
     (:func:`fused_backward_reads` of that graph): reads :func:`node_ms` does not charge,
@@ -180,17 +180,17 @@ def backward_fused_reads(bw: fx.Graph) -> dict[fx.Node, set[fx.Node]]:
     the partition that realises a plan priced each recomputed layer norm output of
     ViT-B/16 20 us above the solver's price of it (the normalised input, which the
     norm's backward reads, read again), and ``"auto"`` settled 0.4 GiB higher."""
-    fused = fused_backward_reads(bw)
     own = _tangent_dependent(bw)
+    fused = fused_backward_reads(bw, own)
     return {n: fused for n in bw.nodes if n.op == "call_function" and n not in own}
 
 
-def fused_backward_reads(joint: fx.Graph) -> set[fx.Node]:
+def fused_backward_reads(joint: fx.Graph, backward: set[fx.Node] | None = None) -> set[fx.Node]:
     """Values of ``joint`` (a joint forward-backward graph, or a backward graph) that a
     backward op other than an extern kernel reads (through views): Inductor reads them
     in a fused kernel of the backward. Backward ops are those that depend on a tangent
-    input."""
-    backward = _tangent_dependent(joint)
+    input (``backward``, if the caller has them)."""
+    backward = _tangent_dependent(joint) if backward is None else backward
     found: set[fx.Node] = set()
     for node in joint.nodes:
         if node in backward or node.op == "output":

@@ -23,7 +23,7 @@ from passes import Candidate
 from passes.analyze_candidates import saved_values
 from passes.nodes import aliases, is_extern, is_materialized, is_random, tensor_bytes, view_root
 
-from .costs import NodeCosts, backward_fused_reads, chain_ms, fused_backward_reads
+from .costs import NodeCosts, recompute_free_reads, chain_ms, fused_backward_reads
 from .hardware import HardwareProfile
 from .liveness import Liveness, step_transients
 from ..decision import KEEP, OFFLOAD, Decision
@@ -155,7 +155,7 @@ def gather(fw_gm: fx.GraphModule, bw_gm: fx.GraphModule, num_fwd_outputs: int,
     if fw != 1.0:
         tensors = [dataclasses.replace(x, recompute_ms=x.recompute_ms * fw, shared_ms=x.shared_ms * fw)
                    for x in tensors]
-    free = backward_fused_reads(bw_gm.graph)  # recomputations priced as the solver priced them
+    free = recompute_free_reads(bw_gm.graph)  # recomputations priced as the solver priced them
     bw_ms = [cost(n, free.get(n, frozenset())) * bw for n in bw_nodes]
     return Facts(fw_nodes, bw_nodes, [cost(n) * fw for n in fw_nodes], bw_ms, tensors, options, chains,
                  bw_out_bytes=bw_out,
