@@ -30,6 +30,7 @@ from .planning import cache, limits, sizes
 from .planning.replan import Corrections
 from .replanning import MeasuredGraph
 from .reporting.records import GraphPlan
+from .runtime import measure
 from .runtime.pool import host_pool
 
 log = logging.getLogger("offload_compiler")
@@ -146,27 +147,31 @@ class OffloadBackend:
         slots = _records(patches) and config.policy != "none"
         device = _offload_device(example_inputs, config)
         corrections = limits.initial(config, device)
+        measures = config.replan and config.policy != "none" and device is not None and not slots
+        # Measured only: "all" (nothing to choose) and a graph with dynamic sizes.
+        replans = measures and planned_at is None and config.policy == "cost_model"
+        # "auto" searches its budget on the measured inputs of the re-plan, not twice.
+        search = not (replans and measure.source.measures(device))
         compiled, plan = self._compile_planned(gm, example_inputs, config, planned_at, corrections,
-                                               patches, slots, device)
-        if not config.replan or config.policy == "none" or device is None or slots:
+                                               patches, slots, device, search)
+        if not measures:
             return compiled
 
         def recompile(new: Corrections, args: list) -> tuple[Callable[..., Any], GraphPlan | None]:
             return self._compile_planned(gm, args, config, planned_at, new, patches, slots, device)
 
-        # Measured only: "all" (nothing to choose) and a graph with dynamic sizes.
-        replans = planned_at is None and config.policy == "cost_model"
         measured = MeasuredGraph(compiled, plan, device, corrections, recompile if replans else None)
         self._measured.add(measured)
         return measured
 
     def _compile_planned(self, gm, example_inputs, config: OffloadConfig, planned_at,
                          corrections: Corrections, patches: dict[str, Any], slots: bool,
-                         device: torch.device | None) -> tuple[Callable[..., Any], GraphPlan | None]:
+                         device: torch.device | None, search: bool = True,
+                         ) -> tuple[Callable[..., Any], GraphPlan | None]:
         made = _Collect(self.plans, device)
         partitioner = OffloadPartitioner(
-            config, on_plan=made, corrections=corrections, graph_slots=slots,
-            cache_key=cache.key_for(gm, example_inputs, config, planned_at, corrections))
+            config, on_plan=made, corrections=corrections, graph_slots=slots, search=search,
+            cache_key=cache.key_for(gm, example_inputs, config, planned_at, corrections, search))
         t0 = time.perf_counter()
         compiled = self._inner_compile(gm, example_inputs, config,
                                        sizes.at_sizes(partitioner, planned_at), patches)

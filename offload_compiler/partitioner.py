@@ -62,14 +62,17 @@ class OffloadPartitioner(CustomPartitionerFn):
     hit of Inductor's own cache it is not, and the backend reports the cached plan with
     :meth:`report_cached`. ``graph_slots``: the graphs will run under CUDA graphs, so the
     transfers take their token form (``passes.insert_transfers.use_graph_slots``).
+    ``search=False``: the backend will measure the graph and plan it again, so ``"auto"``
+    makes its first plan without searching (``planning.search.plan_graph``).
     """
 
     def __init__(
         self, config: OffloadConfig, on_plan: Callable[[GraphPlan], None] | None = None,
         cache_key: str | None = None, corrections: Corrections = Corrections(),
-        graph_slots: bool = False,
+        graph_slots: bool = False, search: bool = True,
     ) -> None:
         self.config = config
+        self.search = search
         self.on_plan = on_plan
         self.cache_key = cache_key
         self.corrections = corrections
@@ -124,7 +127,7 @@ class OffloadPartitioner(CustomPartitionerFn):
             fw_gm, bw_gm, candidates = repartition()
             dumper.stage("partitioned", fw_gm, bw_gm)
             planned = plan_graph(gm, Partition(fw_gm, bw_gm, candidates), num_fwd_outputs,
-                                 self.config, graph_id, repartition, self.corrections)
+                                 self.config, graph_id, repartition, self.corrections, self.search)
             if planned.recomputed:
                 dumper.stage("recomputed", planned.fw_gm, planned.bw_gm)
             fresh = True
@@ -215,7 +218,8 @@ class OffloadPartitioner(CustomPartitionerFn):
         """Changes with the config and with the code of this package and of ``passes``."""
         corrections = hashlib.sha256(self.corrections.key().encode()).hexdigest()[:16]
         slots = "-slots" if self.graph_slots else ""
-        return f"offload-{cache.source_hash()}-{self.config.fingerprint()}-{corrections}{slots}"
+        unsearched = "" if self.search else "-unsearched"
+        return f"offload-{cache.source_hash()}-{self.config.fingerprint()}-{corrections}{slots}{unsearched}"
 
     # Inductor deep-copies its config (``save_config_portable``) and pickles the copy into
     # the key of its FX graph cache, for the forward and again for the backward; this

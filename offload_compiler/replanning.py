@@ -219,14 +219,23 @@ class MeasuredGraph:
                 return
             self.previous = None
         why = disagreements(plan.predicted, timed, self.corrections)
+        # "auto"'s first plan was not searched: it is planned again, measured or not.
+        unsearched = plan.provisional and self.recompile is not None
         if why and not trusted(plan.predicted, timed):
             log.warning("offload: graph %d: the measured step (%.2f ms) is more than %gx from the "
                         "predicted one (%.2f ms): more likely a measurement of something else (other "
                         "graphs' work inside this graph's forward or backward) than of this plan; "
-                        "keeping the plan", plan.graph_id, timed.step_ms, MAX_TRUSTED_RATIO,
-                        plan.predicted.step_ms)
-            self.done = True
+                        "%s", plan.graph_id, timed.step_ms, MAX_TRUSTED_RATIO, plan.predicted.step_ms,
+                        "planning again from the estimates (\"auto\" searches now)" if unsearched
+                        else "keeping the plan")
+            if not unsearched:
+                self.done = True
+                return
+            self._plan_again(self.corrections, args, ["\"auto\"'s first plan was not searched"],
+                             "the estimates")
             return
+        if unsearched and not why:
+            why = ["\"auto\"'s first plan was not searched; the measurement agrees with it"]
         over = over_limit(timed, self.corrections)
         allowed = MAX_LIMIT_REPLANS if over else MAX_REPLANS
         if not why or self.replans >= allowed or self.recompile is None:
@@ -242,9 +251,15 @@ class MeasuredGraph:
                             "measurement (%s); keeping this plan", plan.graph_id, "; ".join(why))
             self.done = True
             return
-        corrections = corrected(self.corrections, plan.predicted, timed, plan.resimulate)
-        log.info("offload: graph %d: planning again from the measurement (%s): %s",
-                 plan.graph_id, "; ".join(why), corrections.describe())
+        self._plan_again(corrected(self.corrections, plan.predicted, timed, plan.resimulate), args, why)
+
+    def _plan_again(self, corrections: Corrections, args: list, why: list[str],
+                    source: str = "the measurement") -> None:
+        """Plan and compile the graph again with ``corrections``; the call being made
+        runs the new graph."""
+        plan = self.plan
+        log.info("offload: graph %d: planning again from %s (%s): %s",
+                 plan.graph_id, source, "; ".join(why), corrections.describe())
         compiled, new_plan = self.recompile(corrections, args)
         if new_plan is not None:
             new_plan.replaces = plan.graph_id

@@ -93,6 +93,9 @@ class FakeSource:
         self.asked.append((call, what))
         return FakeRecorder(call, what, self.make)
 
+    def measures(self, device):
+        return True
+
 
 def as_predicted(plans, *, peak_extra=0, time_scale=1.0, held=0):
     """A measurement of the latest plan: its predictions, the peak ``peak_extra`` above

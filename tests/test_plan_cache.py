@@ -72,6 +72,36 @@ def test_a_changed_option_or_cache_off_plans_again(monkeypatch, caplog):
         caplog.clear()
 
 
+class _Measures:
+    """A source that says it will measure the graph's device (and then measures nothing)."""
+
+    def measures(self, device):
+        return True
+
+    def recorder(self, device, call, what, intervals=0):
+        return None
+
+
+def test_an_unsearched_auto_plan_is_kept_apart_from_a_searched_one(caplog):
+    """"auto"'s first plan of a graph the backend will measure is not searched; a compile
+    that searches (nothing measured: the CUDA source on a CPU graph) must not take it
+    from the cache, and one that measures finds it again, still provisional."""
+    from offload_compiler.runtime import measure
+
+    made = []
+    for source in (_Measures(), None, _Measures()):
+        torch._dynamo.reset()
+        measure.set_source(source)
+        caplog.clear()
+        try:
+            with caplog.at_level(logging.INFO, logger="offload_compiler"):
+                backend, _ = _train_once({"memory_budget": "auto"})
+        finally:
+            measure.set_source(None)
+        made.append((backend.plans[0].provisional, "plan taken from the plan cache" in caplog.text))
+    assert made == [(True, False), (False, False), (True, True)]
+
+
 def test_plan_cache_option_is_validated():
     with pytest.raises(ValueError, match="plan_cache"):
         offload_compiler.OffloadConfig(plan_cache="yes")

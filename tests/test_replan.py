@@ -146,6 +146,51 @@ def test_gradients_are_bitwise_equal_across_a_replan(source):
     assert_bitwise(got, reference)
 
 
+def test_auto_searches_once_on_the_measured_step_not_before(source, caplog):
+    """A graph the backend measures: "auto" makes its first plan without probing
+    realised partitions (their steps are priced on inputs the measurement is about to
+    correct) and searches when it plans again from the measurement, which it then does
+    even though the measurement agrees with the prediction. Once; gradients bitwise."""
+    model, batch = _model()
+    reference = train(model, batch, backend(**OPTIONS, policy="none", replan=False), steps=8)
+    b = backend(**OPTIONS, memory_budget="auto")
+    fake = source(as_predicted(b.plans))
+    with caplog.at_level(logging.INFO, logger="offload_compiler"):
+        got = train(model, batch, b, steps=8)
+    first, second = b.plans
+    assert first.provisional and "searched again" in first.summary()
+    assert not second.provisional and second.replaces == first.graph_id
+    assert second.corrections["measured_call"] == first.measured.call
+    assert "\"auto\"'s first plan was not searched; the measurement agrees with it" in caplog.text
+    first_log, replan_log = caplog.text.split("planning again from the measurement")
+    assert "the solver's plan, not searched" in first_log and '"auto" probe 1/' not in first_log
+    assert '"auto" probe 1/' in replan_log and "the solver's plan, not searched" not in replan_log
+    assert [what for _, what in fake.asked] == ["memory", "time"] * 2  # the new plan measured once
+    assert_bitwise(got, reference)
+
+
+def test_auto_searches_at_once_where_nothing_will_be_measured(caplog):
+    """No measuring source for the graph's device (the CUDA one on a CPU graph), or
+    ``replan=False``: the first plan is searched, as the only one."""
+    for options in ({}, {"replan": False}):
+        caplog.clear()
+        b = backend(**OPTIONS, memory_budget="auto", plan_cache=False, **options)
+        with caplog.at_level(logging.INFO, logger="offload_compiler"):
+            _run(b, steps=4)
+        (plan,) = b.plans
+        assert not plan.provisional and '"auto" probe 1/' in caplog.text
+
+
+def test_an_unsearched_plan_whose_measurement_is_not_trusted_is_searched_on_the_estimates(source, caplog):
+    b = backend(**OPTIONS, memory_budget="auto")
+    source(as_predicted(b.plans, time_scale=10.0))
+    with caplog.at_level(logging.INFO, logger="offload_compiler"):
+        _run(b, steps=8)
+    first, second = b.plans[:2]
+    assert first.provisional and not second.provisional and second.corrections == {}
+    assert "planning again from the estimates" in caplog.text
+
+
 def test_replan_false_measures_nothing(source):
     b = backend(**OPTIONS, memory_budget=0.5, replan=False)
     fake = source(as_predicted(b.plans, time_scale=3.0))

@@ -104,10 +104,12 @@ def source_hash() -> str:
 
 
 def key_for(gm: fx.GraphModule, example_inputs: Sequence[Any], config: Any,
-            planned_at: Mapping[Any, int] | None = None, corrections: Any = None) -> str | None:
+            planned_at: Mapping[Any, int] | None = None, corrections: Any = None,
+            search: bool = True) -> str | None:
     """The plan cache's key for compiling ``gm`` with ``config`` (``None`` with the cache
     off): the graph, its inputs, the options that change a plan, grad mode, the sizes
-    planned at (dynamic shapes), the hardware profile it is costed with and the code."""
+    planned at (dynamic shapes), the hardware profile it is costed with, whether
+    ``"auto"`` searches (``search``) and the code."""
     from .hardware import profile_for
 
     if not enabled(config.plan_cache):
@@ -120,6 +122,8 @@ def key_for(gm: fx.GraphModule, example_inputs: Sequence[Any], config: Any,
     fingerprint = config.fingerprint(exclude=("dump_dir", "plan_cache", "replan"))
     if corrections is not None:  # measured inputs, the bytes under memory_limit
         fingerprint += corrections.key()
+    if not search:
+        fingerprint += "-unsearched"
     return plan_key(gm, example_inputs, fingerprint,
                     torch.is_grad_enabled(),
                     sorted((str(s), v) for s, v in (planned_at or {}).items()), hardware)

@@ -84,15 +84,18 @@ class PlannedGraph:
 
 def plan_graph(joint_gm: fx.GraphModule, start: Partition, num_fwd_outputs: int,
                config: OffloadConfig, graph_id: int, repartition: Repartition,
-               corrections: Corrections = Corrections()) -> PlannedGraph:
+               corrections: Corrections = Corrections(), search: bool = True) -> PlannedGraph:
     """Plan one graph: ``start`` is min-cut's partition of ``joint_gm`` and its candidates;
     ``repartition`` runs min-cut again once recompute tags are set; ``corrections`` are
     inputs measured on an earlier plan of the same graph (``replan.py``) and, with
-    ``memory_limit``, the bytes the step may take."""
+    ``memory_limit``, the bytes the step may take. ``search=False``: ``"auto"`` keeps the
+    solver's plan without probing realised partitions (``GraphPlan.provisional``), for a
+    graph the backend will measure and plan again from the measurement, where the
+    search runs on measured inputs."""
     off_device = not any(c.device.split(":")[0] in config.devices for c in start.candidates)
     if config.policy == "cost_model" and not off_device:
         planned = _plan_cost_model(joint_gm, start, num_fwd_outputs, config, graph_id, repartition,
-                                   corrections)
+                                   corrections, search)
     else:
         plan = choose(start.candidates, config, graph_id)
         if not off_device:
@@ -144,7 +147,8 @@ def _cost_model(candidates: list[Candidate], config: OffloadConfig,
 
 
 def _plan_cost_model(joint_gm, start: Partition, num_fwd_outputs: int, config: OffloadConfig,
-                     graph_id: int, repartition: Repartition, corrections: Corrections) -> PlannedGraph:
+                     graph_id: int, repartition: Repartition, corrections: Corrections,
+                     search: bool = True) -> PlannedGraph:
     t0 = time.perf_counter()
     cost, lanes = _cost_model(start.candidates, config, corrections)
     facts = gather(start.fw_gm, start.bw_gm, num_fwd_outputs, start.candidates, joint_gm, cost,
@@ -164,7 +168,7 @@ def _plan_cost_model(joint_gm, start: Partition, num_fwd_outputs: int, config: O
                                 baseline, cost, budget, reuse)
     t1 = time.perf_counter()
     available = corrections.available_bytes
-    best = None
+    best, provisional = None, False
     if available is None or not budget.auto:  # memory_limit with "auto": starts from nothing moved
         best = realise(budget.nbytes)
         progress.info("offload: graph %d: solved and realised in %.1f s: peak %s, step %.2f ms",
@@ -176,8 +180,13 @@ def _plan_cost_model(joint_gm, start: Partition, num_fwd_outputs: int, config: O
 
         best = fit_limit(best, attempt, baseline.peak_bytes, available, corrections, graph_id)
     elif budget.auto and any(o.can_recompute for o in facts.options.values()):
-        best = _search_realised(best, realise, baseline, joint_gm, tags, config.max_overhead,
-                                graph_id)
+        if search:
+            best = _search_realised(best, realise, baseline, joint_gm, tags, config.max_overhead,
+                                    graph_id)
+        else:
+            provisional = True
+            progress.info("offload: graph %d: \"auto\": the solver's plan, not searched; the search "
+                          "runs when the graph is planned again from its measured step", graph_id)
     progress.info("offload: graph %d: planned in %.1f s", graph_id, time.perf_counter() - t0)
     # What an earlier round recomputed and the last round's partition still saves
     # (min-cut kept it), the last round decided on: its decision stands.
@@ -188,6 +197,7 @@ def _plan_cost_model(joint_gm, start: Partition, num_fwd_outputs: int, config: O
     if budget.auto and available is None:
         solution = dataclasses.replace(solution, budget_bytes=None, met=True, note="")
     plan = decide_from_solution(best.candidates, solution, graph_id, best.earlier)
+    plan.provisional = provisional
     final = _simulate(plan, best.facts, baseline, lanes, cost, corrections, solution.budget_bytes)
     if solution.budget_bytes is not None and final.peak_bytes > solution.budget_bytes:
         plan.note = (f"budget of {nbytes_text(solution.budget_bytes)} not reachable: best effort "

@@ -176,6 +176,10 @@ class GraphPlan:
     corrections: dict[str, Any] = field(default_factory=dict)
     """The planner inputs corrected from a measurement that this plan was made with
     (``planning.replan.Corrections``); empty for a plan made from estimates alone."""
+    provisional: bool = False
+    """``"auto"``'s first plan of a graph the backend measures: the solver's plan, not
+    searched over realised partitions; the measurement is always followed by a re-plan,
+    which searches on the measured inputs (``planning.search.plan_graph``)."""
     replaces: int | None = None
     """The graph id of the plan this one replaced after a measurement, if any."""
     reverted: bool = False
@@ -256,6 +260,7 @@ class GraphPlan:
                 if self.predicted else ""
             )
             + (f"; planned for {sizes_text(self.planned_sizes)}" if self.planned_sizes else "")
+            + ("; \"auto\"'s first plan: searched again on the measured step" if self.provisional else "")
             + (f"; {self.note}" if self.note else "")
         )
 

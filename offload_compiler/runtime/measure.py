@@ -126,6 +126,9 @@ class Source(Protocol):
         measured in another call) or ``"time"``; ``None`` where it cannot measure.
         ``intervals``: how many copies and waits the call is expected to time."""
 
+    def measures(self, device: torch.device) -> bool:
+        """Whether graphs on ``device`` will be measured (known before they compile)."""
+
 
 #: The recorder of the graph whose forward or backward is running, if it is measured.
 active: "CudaRecorder | None" = None
@@ -316,6 +319,9 @@ class CudaSource:
         if torch.cuda.is_current_stream_capturing():
             return None
         return CudaRecorder(device, call, what, intervals)
+
+    def measures(self, device: torch.device) -> bool:
+        return device.type == "cuda" and torch.cuda.is_available()
 
 
 source: Source = CudaSource()
