@@ -4,7 +4,8 @@ Shared by the passes that insert and move transfers (``insert_transfers``,
 ``schedule_releases``, ``schedule_prefetches``):
 
 - :func:`~passes.nodes.materialization_points`: when Inductor writes a tensor to memory whatever we do;
-  anchors are chosen among those tensors (:func:`anchor_before`, :func:`release_point`);
+  anchors are chosen among those tensors (:func:`anchor_before`, :func:`anchor_feeding`,
+  :func:`release_point`);
 - kernel boundaries: a copy goes before the next extern kernel (:func:`copy_point`),
   a reload's wait at the nearest boundary before its first reader (:func:`wait_point`).
 
@@ -18,7 +19,7 @@ from __future__ import annotations
 
 import torch.fx as fx
 
-from .nodes import is_extern, is_tensor_op, is_transfer, is_view_or_getitem, materialization_points
+from .nodes import is_extern, is_tensor_op, is_transfer, is_view_or_getitem, materialization_points, view_root
 
 
 def anchor_before(node: fx.Node) -> fx.Node | None:
@@ -37,6 +38,34 @@ def anchor_before(node: fx.Node) -> fx.Node | None:
                 return cur
             nearest = nearest or cur
     return nearest
+
+
+def anchor_feeding(node: fx.Node) -> fx.Node | None:
+    """The anchor of an op that should run right before ``node``, chosen among what
+    ``node`` is computed from: the nearest tensor before ``node`` that ``node`` depends on
+    and that is :func:`~passes.nodes.materialization_points` by then, or by ``node``
+    itself where it is an extern kernel reading it (``None`` if there is none). Inductor may run a kernel later than its place in the graph, after kernels
+    that come later there (it sorts a fused kernel by its earliest node); a tensor
+    ``node`` is computed from runs before ``node`` in any order it picks, so an op
+    anchored on it is never issued after ``node`` (:func:`anchor_before` picks the
+    nearest tensor, related or not: on HF Llama a reload anchored on a weight
+    gradient's matmul, which Inductor ran after the next layer norm's kernel, started
+    after the compute that was to hide it)."""
+    done = materialization_points(node.graph)
+    nodes = list(node.graph.nodes)
+    at = nodes.index(node)
+    feeds, todo = set(), list(node.all_input_nodes)
+    while todo:
+        cur = todo.pop()
+        if cur not in feeds:
+            feeds.add(cur)
+            todo.extend(cur.all_input_nodes)
+    for cur in reversed(nodes[:at]):
+        # A view of a graph input is written by no kernel: nothing orders an op on it.
+        if (cur in feeds and is_tensor_op(cur) and done.get(cur, at + 1) <= at
+                and view_root(cur).op != "placeholder"):
+            return cur
+    return None
 
 
 def release_point(node: fx.Node, floor: fx.Node) -> tuple[fx.Node, fx.Node | None]:

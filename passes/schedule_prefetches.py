@@ -10,9 +10,11 @@ The node a reload is placed after becomes its ``anchor`` argument: without that 
 dependency Inductor hoists an op whose inputs are all graph inputs to the top of the
 graph, and every reload would be issued at once. Anchors are tensors Inductor writes
 to memory anyway (:func:`~passes.nodes.materialization_points`: a matmul's result, a
-matmul's input); the nearest one at or before the intended point is taken, so a reload
-may go a few nodes early, never after an earlier-needed one (the H2D stream runs them
-in issue order).
+matmul's input); for a reload the planner placed, the nearest one its target is
+computed from (:func:`~passes.placement.anchor_feeding`: Inductor runs it before the
+target whatever order it picks), else the nearest one at or before the intended point,
+so a reload may go a few nodes early, never after an earlier-needed one (the H2D
+stream runs them in issue order).
 
 :func:`link_calls` (``per_block``) links a graph to the calls before and after it in a
 chain of calls (one compiled block per layer): the forward registers the host copies its
@@ -29,7 +31,7 @@ from __future__ import annotations
 import torch.fx as fx
 
 from .nodes import is_tensor_op, is_view_or_getitem, materialization_points, transfer_op
-from .placement import anchor_before
+from .placement import anchor_before, anchor_feeding
 from .transfer_meta import transfer_meta, transfer_nodes
 
 
@@ -52,7 +54,8 @@ def schedule_prefetches(
         assert transfer_meta(h2d) is not None and h2d.target is transfer_op("h2d")
         planned = issue_before.get(transfer_meta(h2d).value) if issue_before else None
         if planned is not None:
-            anchor = anchor_before(nodes[min(pos[planned], pos[wait]) - 1])
+            target = nodes[min(pos[planned], pos[wait])]
+            anchor = anchor_feeding(target) or anchor_before(target.prev)
         elif depth == 0:
             anchor = anchor_before(wait.prev)  # right before the first use
         elif k < depth:

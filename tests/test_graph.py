@@ -486,3 +486,32 @@ def test_the_partitioner_freezes_the_heap_only_while_it_plans(monkeypatch, froze
             assert seen[0][1][1:] == thresholds[1:]
     finally:
         gc.unfreeze()
+
+
+def _weight_grad_between(grad, act, w, wt):
+    # A backward in miniature: ``dx`` feeds the op the reload must precede (``use``);
+    # the weight gradient ``dw`` comes between them in graph order and feeds nothing
+    # here (Inductor may run it later, after ``use``'s kernel).
+    dx = torch.mm(grad, wt)
+    dw = torch.mm(act.t(), grad)
+    use = torch.mm(dx, w)
+    return dw, use
+
+
+def test_a_reload_is_anchored_on_what_its_target_is_computed_from():
+    """A reload planned before ``use`` is anchored on a tensor ``use`` depends on, not on
+    the nearest tensor before it: that was a weight gradient's matmul on HF Llama,
+    which Inductor ran after the next layer norm's kernel, so the reload started after
+    the compute meant to hide it (0.7 ms stall, session 19). Views of graph inputs
+    (``w.t()``) are written by no kernel and never anchor."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from passes.placement import anchor_before, anchor_feeding
+
+    args = [torch.randn(64, 32), torch.randn(64, 48), torch.randn(32, 16), torch.randn(32, 32)]
+    gm = make_fx(_weight_grad_between)(*args)
+    mms = [n for n in gm.graph.nodes if n.target is torch.ops.aten.mm.default]
+    dx, dw, use = mms
+    assert anchor_before(use.prev) is dw  # the premise: the nearest one is unrelated
+    assert anchor_feeding(use) is dx
+    assert anchor_feeding(dx) is None  # only graph inputs and views of them before it
