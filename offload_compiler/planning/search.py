@@ -23,7 +23,7 @@ import functools
 import logging
 import time
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import torch.fx as fx
 
@@ -34,7 +34,7 @@ from ..config import OffloadConfig
 from ..decision import RECOMPUTE
 from ..nbytes import nbytes_text
 from ..reporting.records import GraphPlan, Predictions
-from .budget import Budget
+from .budget import Budget, interpolate_budgets
 from .costs import NodeCosts
 from .decide import choose, decide_from_solution
 from .facts import Facts, final_simulation, gather, lanes_of, resimulation, tag_recompute
@@ -318,10 +318,10 @@ def _search_realised(first: _Realised, realise, baseline: SimResult, joint_gm: f
     edge = _edge_budget(lo, hi, AUTO_REALISED_STEPS, all_miss=first_within)
     upper = fits(edge)
     if first_within and upper is not None:  # a lower peak within the limit: search below it
-        _interpolate(lo, upper, AUTO_REALISED_STEPS, fits, points, limit_ms, (hi - lo) >> AUTO_REALISED_STEPS)
+        interpolate_budgets(lo, upper, AUTO_REALISED_STEPS, fits, points, limit_ms, (hi - lo) >> AUTO_REALISED_STEPS)
     elif not first_within and upper is None:  # still over: search above it
         points.append((baseline.peak_bytes, baseline.step_ms))  # nothing moved: within
-        _interpolate(edge, hi, AUTO_REALISED_STEPS, fits, points, limit_ms, (hi - lo) >> AUTO_REALISED_STEPS)
+        interpolate_budgets(edge, hi, AUTO_REALISED_STEPS, fits, points, limit_ms, (hi - lo) >> AUTO_REALISED_STEPS)
     else:
         progress.info("offload: graph %d: \"auto\": %s; no further probes", graph_id,
                       "the budget just below the plan's peak is over the limit too" if first_within
@@ -330,44 +330,6 @@ def _search_realised(first: _Realised, realise, baseline: SimResult, joint_gm: f
         restore_tags(joint_gm, tags)
         best = realise(baseline.peak_bytes)
     return best
-
-
-def _interpolate(lo: int, hi: int, steps: int, fits: Callable[[int], int | None],
-                 points: list[tuple[int, float]], limit_ms: float, resolution: int) -> None:
-    """Search budgets between ``lo`` (missed) and ``hi`` (met) for the least realised
-    peak within ``limit_ms``, as :func:`.solver.bisect_budgets` does, but trying where
-    the realised step is expected to reach the limit: on the line through the realised
-    plans (``points``, (peak, step) of each, which ``fits`` extends) nearest the limit
-    on either side, or, with none over it yet, the line through the two lowest peaks
-    within it. Each try is kept half the resolution from the ends of the range (so the
-    range shrinks by that at least), and a bisection's middle is tried where the line
-    says nothing (a step that does not rise as the peak falls). At most ``steps`` tries;
-    stops once ``hi - lo <= resolution``. On HF Llama (planned on a CPU) the bisection
-    spent four probes over the limit below a probe within it; the realised step is
-    close to linear in the peak there, so the line's first try lands near the answer."""
-    for _ in range(steps):
-        if hi - lo <= max(resolution, 1):
-            break
-        within = sorted(p for p in points if p[1] <= limit_ms)
-        over = [p for p in points if p[1] > limit_ms]
-        mid = (lo + hi) // 2
-        a, b = None, None
-        if over and within:
-            a, b = max(over), within[0]
-        elif len(within) >= 2:
-            a, b = within[0], within[1]
-        guess = mid
-        if a is not None and a[0] != b[0]:
-            slope = (b[1] - a[1]) / (b[0] - a[0])  # ms per byte: negative as the peak rises
-            if slope < 0:
-                guess = int(b[0] + (limit_ms - b[1]) / slope)
-        margin = max(resolution // 2, 1)
-        budget = min(max(guess, lo + margin), hi - margin)
-        upper = fits(budget)
-        if upper is None:
-            lo = budget
-        else:
-            hi = upper
 
 
 def _edge_budget(lo: int, hi: int, steps: int, *, all_miss: bool) -> int:

@@ -20,8 +20,10 @@ few changes for cheaper ones that keep the peak where it is.
 
 With ``budget_bytes=None`` (``"auto"``) the target is zero bytes, and a change is
 taken only while the predicted step stays within ``(1 + max_overhead)`` times the
-baseline's; the fixed-budget solver is then bisected over budgets, and the plan with
-the least activation peak within the allowed overhead, of all those tried, is kept.
+baseline's; the fixed-budget solver is then tried over budgets (``budget.
+interpolate_budgets``: each try where the line through the plans tried meets the step
+limit), and the plan with the least activation peak within the allowed overhead, of
+all those tried, is kept.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from ..decision import KEEP, OFFLOAD, RECOMPUTE, Decision
+from .budget import interpolate_budgets
 from .simulator import Lanes, SimResult, SimTensor, copy_ms, simulate
 
 
@@ -84,7 +87,7 @@ class SimMemo:
                              "lanes, backward outputs or slowed ops differ); use one memo per problem")
 
 
-#: Bisection steps of ``"auto"``'s search over fixed budgets.
+#: Tries of ``"auto"``'s search over fixed budgets in the solver's model.
 AUTO_SEARCH_STEPS = 10
 #: Phase 4 tries this many exchanges: the cheapest offloads to recompute first, each against
 #: the kept values dearest to recompute.
@@ -123,20 +126,23 @@ def solve(
     if budget_bytes is None:
         # The greedy above moves tensors while the step allows, in one pass; a fixed
         # budget's solver, which may move others instead, can reach a lower peak within
-        # the same overhead. Bisect on the budget and keep the lowest peak found.
+        # the same overhead. Search the budget and keep the lowest peak found.
         limit_ms = best.baseline.step_ms * (1 + max_overhead)
+        points = [(best.result.peak_bytes, best.result.step_ms),
+                  (best.baseline.peak_bytes, best.baseline.step_ms)]
 
         def fits(budget: int) -> int | None:
             nonlocal best
             trial = _greedy(problem, budget)
+            points.append((trial.result.peak_bytes, trial.result.step_ms))
             if not (trial.met and trial.result.step_ms <= limit_ms):
                 return None
             if (trial.result.peak_bytes, trial.result.step_ms) < (best.result.peak_bytes, best.result.step_ms):
                 best = trial
             return budget
 
-        bisect_budgets(0, best.result.peak_bytes, AUTO_SEARCH_STEPS, fits,
-                       resolution=lambda hi: max(1, hi // 200))
+        interpolate_budgets(0, best.result.peak_bytes, AUTO_SEARCH_STEPS, fits, points, limit_ms,
+                            max(1, best.result.peak_bytes // 200))
     reasons = {x.name: _reason(x, best.decisions[x.name], options[x.name], best.result, lanes, False)
                for x in tensors}
     return dataclasses.replace(best, reasons=reasons, budget_bytes=None, met=True, note="")
