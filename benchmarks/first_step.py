@@ -1,0 +1,201 @@
+"""Where a cold first training step goes: one zoo model, one strategy, under ``cProfile``.
+
+    python benchmarks/first_step.py --model vit --strategy offload:0.5 --out out/fs
+
+Runs the model's first step (compile included) in this process with Inductor's caches in
+a fresh folder and the plan cache off, as ``zoo.py --caches cold`` does. Prints the
+seconds of the compile's phases (``dynamo_timed``), and the wall seconds spent in each
+function of :data:`TIMED` (wrapped with a timer for the step: calls, total, and when the
+first call began and the last ended, from the start of the step), which sees what
+``dynamo_timed`` does not (what a backend does around ``create_aot_dispatcher_function``).
+``--profile`` also runs the step under ``cProfile`` (which about doubles the time Python
+spends, and loses callers across Dynamo's frames; compare rows with each other, not with
+``zoo.py``'s) and writes it to ``OUT/<model>_<strategy>.prof`` for ``pstats``.
+
+Strategies: ``inductor`` (``torch.compile``'s default), ``offload:auto``,
+``offload:B`` (a fraction). Models: ``benchmarks/zoo_models.py``'s ``vit``, ``llama``,
+``gpt``, ``resnet50``. Run the calibration first
+(``python -c "from offload_compiler.planning.hardware import profile_for;
+profile_for('cuda')"``) so that no row holds it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import os
+import pstats
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+#: Functions timed: (module, attribute path); the ones a row never calls show no calls.
+TIMED = (
+    ("torch._dynamo.output_graph", "OutputGraph.call_user_compiler"),
+    ("torch._inductor.compile_fx", "compile_fx"),
+    ("offload_compiler.backend", "OffloadBackend.__call__"),
+    ("offload_compiler.backend", "OffloadBackend._compile_planned"),
+    ("offload_compiler.backend", "_warn_if_nothing_offloadable"),
+    ("offload_compiler.backend", "_uses_pool"),
+    ("offload_compiler.backend", "_warm_compile_workers"),
+    ("offload_compiler.backend", "_Collect.__call__"),
+    ("offload_compiler.planning.limits", "initial"),
+    ("offload_compiler.planning.cache", "key_for"),
+    ("offload_compiler.planning.sizes", "PlanPerSize.for_graph"),
+    ("offload_compiler.partitioner", "OffloadPartitioner.__call__"),
+    ("offload_compiler.partitioner", "OffloadPartitioner._rewrite"),
+    ("offload_compiler.partitioner", "OffloadPartitioner._report"),
+    ("offload_compiler.partitioner", "OffloadPartitioner.uuid"),
+    ("offload_compiler.partitioner", "plan_graph"),
+    ("offload_compiler.partitioner", "_partition"),
+    ("offload_compiler.replanning", "MeasuredGraph.__init__"),
+    ("offload_compiler.replanning", "MeasuredGraph.__call__"),
+    ("offload_compiler.runtime.pool", "HostPool.prefill"),
+    ("offload_compiler.runtime.pool", "HostPool._wait_prefill"),
+    ("offload_compiler.runtime.pool", "HostPool._pin_ahead"),
+    ("offload_compiler.runtime.pool", "HostPool.register_graph"),
+    ("offload_compiler.runtime.pool", "HostPool.acquire"),
+)
+
+#: Functions whose callees a ``--profile`` lists: (the end of the file's path, the name).
+FOCUS = (("offload_compiler/backend.py", "__call__"), ("compile_fx.py", "compile_fx"))
+
+
+class Timers:
+    """Wall time per function of :data:`TIMED` while installed (any thread)."""
+
+    def __init__(self) -> None:
+        self.t0 = time.perf_counter()
+        self.rows: dict[str, list[float]] = {}  # name -> [calls, seconds, first start, last end]
+        self._undo: list = []
+
+    def install(self) -> None:
+        import importlib
+
+        for module_name, path in TIMED:
+            try:
+                owner = importlib.import_module(module_name)
+            except ImportError:
+                continue
+            *outer, attr = path.split(".")
+            for part in outer:
+                owner = getattr(owner, part, None)
+            fn = getattr(owner, attr, None) if owner is not None else None
+            if fn is None:
+                continue
+            self._undo.append((owner, attr, vars(owner).get(attr)))
+            setattr(owner, attr, self._wrap(path, fn))
+
+    def _wrap(self, name: str, fn):
+        import functools
+
+        row = self.rows.setdefault(name, [0, 0.0, None, None])
+
+        @functools.wraps(fn)
+        def timed(*args, **kwargs):
+            start = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                end = time.perf_counter()
+                row[0] += 1
+                row[1] += end - start
+                row[2] = start - self.t0 if row[2] is None else row[2]
+                row[3] = end - self.t0
+        return timed
+
+    def uninstall(self) -> None:
+        for owner, attr, original in reversed(self._undo):
+            if original is None:  # inherited: the class's own attribute goes
+                delattr(owner, attr)
+            else:
+                setattr(owner, attr, original)
+
+    def table(self) -> str:
+        lines = ["  calls  total s  first begins s  last ends s  function"]
+        for name, (calls, total, first, last) in self.rows.items():
+            if calls:
+                lines.append(f"  {calls:5d}  {total:7.2f}  {first:14.2f}  {last:11.2f}  {name}")
+        return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", required=True, help="a factory of benchmarks/zoo_models.py")
+    p.add_argument("--strategy", required=True, help="inductor, offload:auto or offload:B")
+    p.add_argument("--out", required=True, help="folder for the profile")
+    p.add_argument("--profile", action="store_true", help="also run the step under cProfile")
+    p.add_argument("--top", type=int, default=12, help="callees listed per function (--profile)")
+    args = p.parse_args(argv)
+    kind, _, budget = args.strategy.partition(":")
+    if kind not in ("inductor", "offload") or (kind == "offload" and not budget):
+        p.error(f"--strategy {args.strategy!r}: give inductor, offload:auto or offload:B")
+    cache = tempfile.mkdtemp(prefix="first-step-cache-")
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = cache
+    os.environ.pop("TRITON_CACHE_DIR", None)
+    os.environ["OFFLOAD_COMPILER_PLAN_CACHE"] = "0"
+    sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
+
+    import torch
+    import zoo_models
+
+    from offload_compiler.compare.run import compile_phases
+
+    factory = getattr(zoo_models, args.model, None)
+    if factory is None:
+        p.error(f"--model {args.model!r}: no such factory in benchmarks/zoo_models.py")
+    model, batch = factory()
+    dtype = torch.bfloat16 if args.model in ("llama", "gpt") else torch.float32
+    model = model.to("cuda", dtype)
+    batch = [x.cuda() for x in batch]
+    if kind == "inductor":
+        compiled = torch.compile(model)
+    else:
+        value = budget if budget == "auto" else float(budget)
+        compiled = torch.compile(model, backend="offload", options={"memory_budget": value})
+    torch.cuda.synchronize()
+    timers = Timers()
+    timers.install()
+    prof = cProfile.Profile() if args.profile else None
+    timers.t0 = t0 = time.perf_counter()
+    if prof is not None:
+        prof.enable()
+    compiled(*batch).backward()
+    torch.cuda.synchronize()
+    if prof is not None:
+        prof.disable()
+    took = time.perf_counter() - t0
+    timers.uninstall()
+    phases = compile_phases(0.0)
+    part = phases.get("OffloadPartitioner", phases.get("min_cut_rematerialization_partition", 0.0))
+    print(f"{args.model} {args.strategy}: first step {took:.1f} s{' (profiled)' if prof else ''}; "
+          f"partitioner {part:.2f} s, forward compile "
+          f"{phases.get('compile_fx.<locals>.fw_compiler_base', 0.0):.2f} s, backward compile "
+          f"{phases.get('compile_fx.<locals>.bw_compiler', 0.0):.2f} s")
+    print("  phases: " + ", ".join(f"{k} {v}" for k, v in phases.items() if v >= 0.1))
+    print(timers.table())
+    if prof is None:
+        return 0
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / f"{args.model}_{args.strategy.replace(':', '_')}.prof"
+    prof.dump_stats(path)
+    print(f"  profile: {path}")
+    stats = pstats.Stats(str(path)).stats
+    for where, name in FOCUS:
+        for func, (_, _, _, cum, _) in stats.items():
+            if func[2] != name or not func[0].endswith(where):
+                continue
+            print(f"  {func[2]} ({Path(func[0]).name}:{func[1]}): {cum:.2f} s, of which")
+            callees = sorted(((c[func][3], k) for k, c in ((k, v[4]) for k, v in stats.items())
+                              if func in c), reverse=True)
+            for t, k in callees[:args.top]:
+                print(f"      {t:6.2f}  {k[2]} ({Path(k[0]).name}:{k[1]})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
