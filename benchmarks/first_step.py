@@ -1,24 +1,27 @@
-"""Where a cold first training step goes: one zoo model, one strategy, under ``cProfile``.
+"""Where a cold first training step goes: one zoo model, one strategy, timed from inside.
 
-    python benchmarks/first_step.py --model vit --strategy offload:0.5 --out out/fs
+    python benchmarks/first_step.py --model vit --strategy offload:0.5
+    python benchmarks/first_step.py --model llama --strategy inductor --profile --out out/fs
 
-Runs the model's first step (compile included) in this process with Inductor's caches in
-a fresh folder and the plan cache off, as ``zoo.py --caches cold`` does. Prints the
-seconds of the compile's phases (``dynamo_timed``), and the wall seconds spent in each
-function of :data:`TIMED` (wrapped with a timer for the step: calls, total, and when the
-first call began and the last ended, from the start of the step), which sees what
-``dynamo_timed`` does not (what a backend does around ``create_aot_dispatcher_function``).
-Installing the timers is not free: planning ResNet-50 at 0.5 on a CPU, its rewrite took
-0.9 s with all of them installed against 0.34 s with none (half of them: 0.4 s; the cause
-was not found), so ``--no-timers`` leaves them out. ``--profile`` also runs the step under ``cProfile`` (which about doubles the time Python
-spends, and loses callers across Dynamo's frames; compare rows with each other, not with
-``zoo.py``'s) and writes it to ``OUT/<model>_<strategy>.prof`` for ``pstats``.
+Runs a zoo model's first step (compile included) on the GPU, in this process, with
+Inductor's caches in a fresh folder and the plan cache off, as ``zoo.py --caches cold``
+does; the model is ``zoo.py``'s (``--model`` takes its names; its factory and weight
+dtype). Prints the seconds of the compile's phases (``dynamo_timed``), and the wall
+seconds spent in each function of :data:`TIMED` (wrapped with a timer for the step:
+calls, total, and when the first call began and the last ended, from the start of the
+step), which sees what ``dynamo_timed`` does not (what a backend does around
+``create_aot_dispatcher_function``). Installing the timers is not free: planning
+ResNet-50 at 0.5 on a CPU, its rewrite took 0.9 s with all of them installed against
+0.34 s with none (half of them: 0.4 s; the cause was not found), so ``--no-timers``
+leaves them out. ``--profile`` also runs the step under ``cProfile`` (which about doubles
+the time Python spends, and loses callers across Dynamo's frames; compare rows with each
+other, not with ``zoo.py``'s) and writes it to ``OUT/<model>_<strategy>.prof`` for
+``pstats``.
 
 Strategies: ``inductor`` (``torch.compile``'s default), ``offload:auto``,
-``offload:B`` (a fraction). Models: ``benchmarks/zoo_models.py``'s ``vit``, ``llama``,
-``gpt``, ``resnet50``. Run the calibration first
-(``python -c "from offload_compiler.planning.hardware import profile_for;
-profile_for('cuda')"``) so that no row holds it.
+``offload:B`` (a fraction). Run the calibration first (``python -c "from
+offload_compiler.planning.hardware import profile_for; profile_for('cuda')"``) so that
+no row holds it.
 """
 
 from __future__ import annotations
@@ -33,6 +36,9 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
+
+from zoo import MODELS  # noqa: E402
 
 #: Functions timed: (module, attribute path); the ones a row never calls show no calls.
 TIMED = (
@@ -126,38 +132,42 @@ class Timers:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--model", required=True, help="a factory of benchmarks/zoo_models.py")
+    whole = sorted(name for name, m in MODELS.items() if m.compile == "whole")
+    p.add_argument("--model", required=True, choices=whole,
+                   help="a model of benchmarks/zoo.py (compiled whole)")
     p.add_argument("--strategy", required=True, help="inductor, offload:auto or offload:B")
-    p.add_argument("--out", required=True, help="folder for the profile")
     p.add_argument("--no-timers", action="store_true", help="time no function (phases only)")
     p.add_argument("--profile", action="store_true", help="also run the step under cProfile")
+    p.add_argument("--out", default=None, help="folder for the profile (with --profile)")
     p.add_argument("--top", type=int, default=12, help="callees listed per function (--profile)")
     args = p.parse_args(argv)
     kind, _, budget = args.strategy.partition(":")
     if kind not in ("inductor", "offload") or (kind == "offload" and not budget):
         p.error(f"--strategy {args.strategy!r}: give inductor, offload:auto or offload:B")
-    cache = tempfile.mkdtemp(prefix="first-step-cache-")
-    os.environ["TORCHINDUCTOR_CACHE_DIR"] = cache
-    os.environ.pop("TRITON_CACHE_DIR", None)
-    os.environ["OFFLOAD_COMPILER_PLAN_CACHE"] = "0"
-    sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
+    if args.profile and not args.out:
+        p.error("--profile needs --out (the folder for the profile)")
 
     import torch
-    import zoo_models
 
-    from offload_compiler.compare.run import compile_phases
+    from offload_compiler.compare.run import compile_phases, fraction, load_model
+    from offload_compiler.planning.cache import ENV_SWITCH
 
-    factory = getattr(zoo_models, args.model, None)
-    if factory is None:
-        p.error(f"--model {args.model!r}: no such factory in benchmarks/zoo_models.py")
-    model, batch = factory()
-    dtype = torch.bfloat16 if args.model in ("llama", "gpt") else torch.float32
-    model = model.to("cuda", dtype)
-    batch = [x.cuda() for x in batch]
+    try:
+        value = budget if budget == "auto" or kind == "inductor" else fraction(budget)
+    except ValueError as err:
+        p.error(f"--strategy {args.strategy!r}: {err}")
+    if not torch.cuda.is_available():
+        p.error("no CUDA device: the first step is measured on the GPU")
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="first-step-cache-")
+    os.environ.pop("TRITON_CACHE_DIR", None)  # then Triton's cache is under it
+    os.environ[ENV_SWITCH] = "0"
+    zoo_model = MODELS[args.model]
+    model, batch, _ = load_model({"model": zoo_model.factory})
+    model = model.to("cuda", getattr(torch, zoo_model.dtype))
+    batch = [x.cuda() if isinstance(x, torch.Tensor) else x for x in batch]
     if kind == "inductor":
         compiled = torch.compile(model)
     else:
-        value = budget if budget == "auto" else float(budget)
         compiled = torch.compile(model, backend="offload", options={"memory_budget": value})
     torch.cuda.synchronize()
     timers = Timers()
@@ -182,24 +192,28 @@ def main(argv: list[str] | None = None) -> int:
     print("  phases: " + ", ".join(f"{k} {v}" for k, v in phases.items() if v >= 0.1))
     if not args.no_timers:
         print(timers.table())
-    if prof is None:
-        return 0
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    path = out / f"{args.model}_{args.strategy.replace(':', '_')}.prof"
+    if prof is not None:
+        _report_profile(prof, Path(args.out) / f"{args.model}_{args.strategy.replace(':', '_')}.prof",
+                        args.top)
+    return 0
+
+
+def _report_profile(prof: cProfile.Profile, path: Path, top: int) -> None:
+    """Write ``prof`` to ``path``; print what each function of :data:`FOCUS` spent its
+    time in (its ``top`` callees by cumulative seconds)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
     prof.dump_stats(path)
     print(f"  profile: {path}")
-    stats = pstats.Stats(str(path)).stats
+    stats = pstats.Stats(str(path)).stats  # func -> (calls, ..., cumulative, callers)
     for where, name in FOCUS:
         for func, (_, _, _, cum, _) in stats.items():
             if func[2] != name or not func[0].endswith(where):
                 continue
             print(f"  {func[2]} ({Path(func[0]).name}:{func[1]}): {cum:.2f} s, of which")
-            callees = sorted(((c[func][3], k) for k, c in ((k, v[4]) for k, v in stats.items())
-                              if func in c), reverse=True)
-            for t, k in callees[:args.top]:
+            callees = sorted(((callers[func][3], callee) for callee, (*_, callers) in stats.items()
+                              if func in callers), reverse=True)
+            for t, k in callees[:top]:
                 print(f"      {t:6.2f}  {k[2]} ({Path(k[0]).name}:{k[1]})")
-    return 0
 
 
 if __name__ == "__main__":

@@ -44,7 +44,9 @@ def anchor_feeding(node: fx.Node) -> fx.Node | None:
     """The anchor of an op that should run right before ``node``, chosen among what
     ``node`` is computed from: the nearest tensor before ``node`` that ``node`` depends on
     and that is :func:`~passes.nodes.materialization_points` by then, or by ``node``
-    itself where it is an extern kernel reading it (``None`` if there is none). Inductor may run a kernel later than its place in the graph, after kernels
+    itself where it is an extern kernel reading it (``None`` if there is none).
+
+    Inductor may run a kernel later than its place in the graph, after kernels
     that come later there (it sorts a fused kernel by its earliest node); a tensor
     ``node`` is computed from runs before ``node`` in any order it picks, so an op
     anchored on it is never issued after ``node`` (:func:`anchor_before` picks the
