@@ -117,17 +117,17 @@ class OffloadPartitioner(CustomPartitionerFn):
         dumper = Dumper(dump_root(self.config.dump_dir), graph_id)
         dumper.joint(gm)
 
-        def repartition() -> tuple[fx.GraphModule, fx.GraphModule, list]:
-            fw, bw = _partition(gm, joint_inputs, kwargs)
-            return fw, bw, self._analyze(fw, bw, num_fwd_outputs)
+        def analyze(fw: fx.GraphModule, bw: fx.GraphModule) -> list:
+            return self._analyze(fw, bw, num_fwd_outputs)
 
+        fw_gm, bw_gm = _partition(gm, joint_inputs, kwargs)
+        start = Partition(fw_gm, bw_gm, analyze(fw_gm, bw_gm))
         joint_hash = cache.joint_hash(gm) if self.cache_key else ""
-        planned = self._replay(gm, joint_hash, graph_id, repartition, dumper)
+        planned = self._replay(gm, start, num_fwd_outputs, joint_hash, graph_id, analyze, dumper)
         if planned is None:
-            fw_gm, bw_gm, candidates = repartition()
             dumper.stage("partitioned", fw_gm, bw_gm)
-            planned = plan_graph(gm, Partition(fw_gm, bw_gm, candidates), num_fwd_outputs,
-                                 self.config, graph_id, repartition, self.corrections, self.search)
+            planned = plan_graph(gm, start, num_fwd_outputs, self.config, graph_id, analyze,
+                                 self.corrections, self.search)
             if planned.recomputed:
                 dumper.stage("recomputed", planned.fw_gm, planned.bw_gm)
             fresh = True
@@ -137,10 +137,11 @@ class OffloadPartitioner(CustomPartitionerFn):
         fw_gm, bw_gm, plan = self._rewrite(planned, num_fwd_outputs, dumper)
         if fresh and self.cache_key:
             cache.store(self.cache_key, cache.CachedPlan(
-                joint_hash, planned.recompute_tags, plan, *schedule, dumper.graph_files))
+                joint_hash, planned.recompute_chains, plan, *schedule, dumper.graph_files))
         return fw_gm, bw_gm
 
-    def _replay(self, gm, joint_hash: str, graph_id: int, repartition, dumper) -> PlannedGraph | None:
+    def _replay(self, gm, start: Partition, num_fwd_outputs: int, joint_hash: str, graph_id: int,
+                analyze, dumper) -> PlannedGraph | None:
         """The cached plan for this graph applied without planning, or ``None``."""
         entry = cache.load(self.cache_key) if self.cache_key else None
         if entry is None:
@@ -151,8 +152,9 @@ class OffloadPartitioner(CustomPartitionerFn):
             progress.info("offload: graph %d: the plan cache holds a plan for another joint graph under "
                      "this key; planning afresh", graph_id)
             return None
-        planned = replay(gm, entry.recompute_tags, dataclasses.replace(entry.plan, graph_id=graph_id),
-                         entry.release_after, entry.issue_before, repartition)
+        planned = replay(gm, start, num_fwd_outputs, entry.recompute_chains,
+                         dataclasses.replace(entry.plan, graph_id=graph_id),
+                         entry.release_after, entry.issue_before, analyze)
         if planned is None:
             progress.info("offload: graph %d: the cached plan does not fit this partition; planning "
                      "afresh", graph_id)

@@ -353,8 +353,7 @@ def test_auto_probes_next_to_the_solver_plan_first(first_peak, threshold, probes
         return _realised(budget, 9.0 if budget >= threshold else 11.0)
 
     first = _realised(first_peak, 9.0 if first_peak >= threshold else 11.0)
-    gm = torch.fx.GraphModule(torch.nn.Module(), torch.fx.Graph())
-    got = _search_realised(first, realise, baseline, gm, {}, 0.03)
+    got = _search_realised(first, realise, baseline, 0.03)
     assert len(tried) == probes
     assert got.final.step_ms <= limit_ms
     lo, hi = (first_peak // 2, first_peak) if first_peak >= threshold else (first_peak, 1000)
@@ -390,8 +389,7 @@ def test_auto_tries_where_the_realised_step_reaches_the_limit(first_peak, thresh
         return _realised(budget, step(budget))
 
     first = _realised(first_peak, step(first_peak))
-    gm = torch.fx.GraphModule(torch.nn.Module(), torch.fx.Graph())
-    got = _search_realised(first, realise, baseline, gm, {}, 0.03)
+    got = _search_realised(first, realise, baseline, 0.03)
     lo, hi = (first_peak // 2, first_peak) if first_peak >= threshold else (first_peak, 10000)
     old = _old_search(first, realise, limit_ms, lo, hi)
     assert len(tried) - 5 == tries  # the bisection's five came after

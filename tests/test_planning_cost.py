@@ -212,91 +212,70 @@ def test_auto_simulates_no_plan_twice_on_one_partition(monkeypatch):
     assert len(seen) <= 1000
 
 
-def test_repartitions_skip_a_second_cse_and_plan_the_same(monkeypatch):
-    """Min-cut eliminates common subexpressions of the joint graph once, on the first
-    partition; the planner's repartitions skip that pass and make the same plan as when
-    each of them runs it."""
-    import contextlib
-
+@pytest.mark.parametrize("budget", ["auto", 0.2])
+def test_min_cut_runs_once_per_compile_and_recomputation_is_realised_without_it(monkeypatch, budget):
+    """The planner realises recomputation on min-cut's partition
+    (``passes.recompute_saved``), never by running min-cut again: one min-cut per
+    compile, at ``"auto"`` (its probes) and at a fixed budget, and the plan recomputes
+    in backward what it says it recomputes; gradients bitwise equal to eager's."""
     import torch
-    from torch._functorch import partitioners
 
     from helpers import backend, loopback
-    from offload_compiler.planning import reuse
+    from offload_compiler import partitioner
+    from offload_compiler.decision import RECOMPUTE
 
-    calls = []
-    cse = partitioners.fx_graph_cse
-    monkeypatch.setattr(partitioners, "fx_graph_cse", lambda g: calls.append(g) or cse(g))
     min_cuts = []
-    partition = reuse.Reuse.partition
-    monkeypatch.setattr(reuse.Reuse, "partition", lambda self: min_cuts.append(1) or partition(self))
-
-    def plan():
-        torch._dynamo.reset()
-        model, inputs = _small_gpt()
-        b = backend(**loopback(policy="cost_model", inner_compiler="eager", memory_budget=0.2,
-                               min_offload_bytes=0, plan_cache=False))
-        torch.compile(model, backend=b)(*inputs).backward()
-        (p,) = b.plans
-        return [(d.name, d.decision) for d in p.decisions], p.predicted
-
-    skipped = plan()
-    assert min_cuts and len(calls) == 1
-    calls.clear()
-
-    class _Always:
-        @staticmethod
-        def patch(**_):
-            return contextlib.nullcontext()
-
-    monkeypatch.setattr(reuse, "functorch_config", _Always)
-    assert plan() == skipped
-    assert len(calls) > 1
+    partition = partitioner._partition
+    monkeypatch.setattr(partitioner, "_partition", lambda *a: min_cuts.append(1) or partition(*a))
+    torch._dynamo.reset()
+    model, inputs = _small_gpt()
+    model(*inputs).backward()
+    expected = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad(set_to_none=True)
+    b = backend(**loopback(policy="cost_model", inner_compiler="eager", memory_budget=budget,
+                           min_offload_bytes=0, plan_cache=False))
+    torch.compile(model, backend=b)(*inputs).backward()
+    (plan,) = b.plans
+    recomputed = {d.name for d in plan.decisions if d.decision == RECOMPUTE}
+    assert recomputed and plan.recomputed and len(min_cuts) == 1
+    (fw_out,) = plan.fw_graph.graph.find_nodes(op="output")
+    saved = {a.name for a in fw_out.args[0] if isinstance(a, torch.fx.Node)}
+    bw_inputs = {n.name for n in plan.bw_graph.graph.find_nodes(op="placeholder")}
+    assert not recomputed & saved and not recomputed & bw_inputs
+    assert all(torch.equal(p.grad, e) for p, e in zip(model.parameters(), expected))
 
 
-def test_a_partition_is_reused_for_the_same_tags_with_the_tags_min_cut_left():
-    """``reuse.Reuse``: min-cut runs once per set of recompute tags on the joint graph;
-    asked again for tags it has seen, it hands back the same partition and facts and
-    puts back the tags min-cut left (here, a MUST_SAVE of its own)."""
-    import torch
+def test_a_realised_partition_is_reused_for_the_same_recomputations(monkeypatch):
+    """``reuse.Reuse``: each set of recomputed values is realised once; asked again for
+    a set it has seen (in any order), it hands back the same partition and facts."""
     import torch.fx as fx
-    from torch.utils.checkpoint import CheckpointPolicy
 
     from offload_compiler.planning import reuse as planning_reuse
 
-    class M(torch.nn.Module):
-        def forward(self, x):
-            return (x.sin() * 2).cos()
-
-    joint = fx.symbolic_trace(M())
-    nodes = {n.name: n for n in joint.graph.nodes}
     made = []
 
-    def repartition():
-        made.append(planning_reuse.recompute_tags(joint))
-        nodes["cos"].meta["recompute"] = CheckpointPolicy.MUST_SAVE  # min-cut's own tag
-        return f"fw{len(made)}", f"bw{len(made)}", []
+    def realise(joint, start, n, chains, analyze):
+        made.append(sorted(chains))
+        return planning_reuse.Partition(f"fw{len(made)}", f"bw{len(made)}", []), {}
 
-    reuse = planning_reuse.Reuse(joint, repartition, lambda fw, bw, c: f"facts of {fw}")
-    nodes["sin"].meta["recompute"] = CheckpointPolicy.MUST_RECOMPUTE
-    first = reuse.partition()
-    assert (first.fw_gm, first.facts) == ("fw1", "facts of fw1")
-    planning_reuse.restore_tags(joint, {"mul": CheckpointPolicy.MUST_RECOMPUTE})
-    other = reuse.partition()
+    monkeypatch.setattr(planning_reuse, "realise", realise)
+    start = planning_reuse.Partition("fw0", "bw0", [])
+    reuse = planning_reuse.Reuse(fx.GraphModule({}, fx.Graph()), start, 1, lambda fw, bw: [],
+                                 lambda fw, bw, c: f"facts of {fw}")
+    first, left_out = reuse.partition({"a": ["a"], "b": ["b"]})
+    assert (first.fw_gm, first.facts, left_out) == ("fw1", "facts of fw1", {})
+    other, _ = reuse.partition({"a": ["a"]})
     assert other.fw_gm == "fw2" and len(made) == 2
-    planning_reuse.restore_tags(joint, {"sin": CheckpointPolicy.MUST_RECOMPUTE})
-    again = reuse.partition()
+    again, _ = reuse.partition({"b": ["b"], "a": ["a"]})
     assert again is first and len(made) == 2 and reuse.partitions_reused == 1
-    assert planning_reuse.recompute_tags(joint) == {"sin": CheckpointPolicy.MUST_RECOMPUTE,
-                                            "cos": CheckpointPolicy.MUST_SAVE}
     assert reuse.memo(first.facts) is reuse.memo(first.facts)
     assert reuse.memo(first.facts) is not reuse.memo(other.facts)
 
 
-def test_repartitions_generate_no_code_but_the_plan_takes_its_partition_with_code(monkeypatch):
-    """Repartitions leave their modules' Python code ungenerated (min-cut and
-    ``keep_matmuls_early`` would generate the backward's three times); the partition
-    the plan takes gets it from its final graph. The plan, its rewritten graphs' code
+def test_realised_partitions_generate_no_code_but_the_plan_takes_its_partition_with_code(monkeypatch):
+    """Realised partitions leave their modules' Python code ungenerated (``"auto"``'s
+    probes realise several, and one is taken); the partition the plan takes gets it
+    from its final graph. The plan, its rewritten graphs' code
     and the gradients are those of a compile that generates the code every time, with
     fewer code generations."""
     import contextlib
@@ -339,13 +318,13 @@ def test_repartitions_generate_no_code_but_the_plan_takes_its_partition_with_cod
 
     for budget in ("auto", 0.2):
         deferred, grads, fewer = plan(budget)
-        assert deferred[-1]  # the plan took a repartition
+        assert deferred[-1]  # the plan took a realised partition
         with monkeypatch.context() as m:
             m.setattr(reuse, "_code_deferred", lambda _: contextlib.nullcontext())
             eager, eager_grads, more = plan(budget)
         assert deferred == eager and stale and not any(stale)
         assert all(torch.equal(a, b) for a, b in zip(grads, eager_grads))
-        assert fewer < more
+        assert fewer < more if budget == "auto" else fewer <= more  # "auto": partitions not taken
 
 
 def test_code_deferral_is_scoped_to_its_thread_and_restored():

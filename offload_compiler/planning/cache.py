@@ -46,7 +46,7 @@ log = logging.getLogger("offload_compiler")
 ENV_DIR = "OFFLOAD_COMPILER_CACHE_DIR"
 ENV_SWITCH = "OFFLOAD_COMPILER_PLAN_CACHE"
 #: Bumped when an entry's layout changes, so older entries miss.
-ENTRY_VERSION = 1
+ENTRY_VERSION = 2
 
 _warned: set[str] = set()
 _lock = threading.Lock()
@@ -72,8 +72,8 @@ class CachedPlan:
 
     joint_hash: str
     """Hash of the joint graph the plan was made on."""
-    recompute_tags: dict[str, Any]
-    """``node.meta["recompute"]`` of every tagged joint node, as the final partition saw it."""
+    recompute_chains: dict[str, list[str]]
+    """Each recomputed value's chain (joint node names), realised on min-cut's partition."""
     plan: GraphPlan
     """The plan record (its graphs left out)."""
     release_after: dict[str, str] | None

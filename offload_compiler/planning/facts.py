@@ -4,10 +4,10 @@ For every tensor the forward saves: bytes, producer position, last forward use, 
 and last backward use, the cost to recompute it from what else is saved
 (``costs.NodeCosts`` over its chain in the joint graph), and whether it may be
 offloaded (``passes.analyze_candidates``) or recomputed (no random op in the chain, no
-``MUST_SAVE`` tag, a short chain). Also: realising recomputation the way SAC does
-under compile (``MUST_RECOMPUTE`` tags on the joint graph, :func:`tag_recompute`), and
-simulating a partition's decisions (:func:`final_simulation`). The loop that uses
-them is :mod:`.search`.
+op that writes its input, no ``MUST_SAVE`` tag, only graph inputs among its inputs that
+are not saved, a short chain; ``passes.recompute_saved`` realises it). Also: simulating
+a partition's decisions (:func:`final_simulation`). The loop that uses them is
+:mod:`.search`.
 """
 
 from __future__ import annotations
@@ -16,7 +16,9 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, Callable
 
+import torch
 import torch.fx as fx
+from torch._functorch._aot_autograd.utils import _is_primal
 from torch.utils.checkpoint import CheckpointPolicy
 
 from passes import Candidate
@@ -72,12 +74,18 @@ def _recompute_chain(joint: dict[str, fx.Node], name: str, saved: set[str]) -> t
     chain, todo, seen = [], [root], {root}
     while todo:
         node = todo.pop()
-        if node.op == "placeholder" or (node is not root and node.name in saved):
+        if node is not root and node.name in saved:
+            continue
+        if node.op == "placeholder":
+            if not _is_primal(node):
+                return [], f"reads {node.name}, an input backward cannot receive"
             continue
         if node.op != "call_function":
             return [], f"depends on {node.op} {node.name}"
         if is_random(node):
             return [], f"random op {node.target} in its chain (its RNG state is not replayed)"
+        if isinstance(node.target, torch._ops.OpOverload) and node.target._schema.is_mutable:
+            return [], f"{node.name} ({node.target}) writes its input"
         if node.meta.get("recompute") == CheckpointPolicy.MUST_SAVE:
             return [], f"{node.name} is tagged MUST_SAVE"
         chain.append(node)
@@ -197,17 +205,6 @@ def lanes_of(hw: HardwareProfile, copy_margin: float = 0.0, lead: float = COPY_L
     keep = 1.0 - copy_margin
     return Lanes(d2h_gbps=hw.d2h_gbps * keep, h2d_gbps=hw.h2d_gbps * keep, lead=lead,
                  compute_slowdown=hw.copy_slowdown, chained=chained)
-
-
-def tag_recompute(joint_gm: fx.GraphModule, chains: list[list[str]]) -> int:
-    """Tag every node of ``chains`` MUST_RECOMPUTE in the joint graph; returns the count."""
-    by_name = {n.name: n for n in joint_gm.graph.nodes}
-    count = 0
-    for chain in chains:
-        for name in chain:
-            by_name[name].meta["recompute"] = CheckpointPolicy.MUST_RECOMPUTE
-            count += 1
-    return count
 
 
 def final_simulation(facts: Facts, decisions: dict[str, Decision], lanes: Lanes) -> SimResult:

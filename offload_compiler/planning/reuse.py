@@ -1,27 +1,27 @@
-"""What planning one graph reuses between ``"auto"``'s probes: min-cut's partitions and
-their facts by the joint graph's recompute tags, and the solver's simulations on each
-set of facts (:class:`Reuse`). Each is a pure function of its key: reuse changes no
-plan, only the time it takes. The loop that uses it is :mod:`.search`."""
+"""What planning one graph reuses between ``"auto"``'s probes: the partitions that
+realise each set of recomputations and their facts, and the solver's simulations on
+each set of facts (:class:`Reuse`). Each is a pure function of its key: reuse changes
+no plan, only the time it takes. The loop that uses it is :mod:`.search`."""
 
 from __future__ import annotations
 
 import contextlib
 import threading
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Callable
 
 import torch.fx as fx
-from torch._functorch import config as functorch_config
 from torch.fx._lazy_graph_module import _LazyGraphModule
 
 from passes import Candidate
+from passes.recompute_saved import NotRecomputable, recompute_saved
 
 from .facts import Facts
 from .solver import SimMemo
 
-#: ``repartition()``: min-cut on the (re-tagged) joint graph, then candidate analysis:
-#: ``(fw_gm, bw_gm, candidates)``.
-Repartition = Callable[[], "tuple[fx.GraphModule, fx.GraphModule, list[Candidate]]"]
+#: ``analyze(fw_gm, bw_gm)``: the saved values of a partition as candidates
+#: (``passes.analyze_candidates`` with the backend's options).
+Analyze = Callable[[fx.GraphModule, fx.GraphModule], "list[Candidate]"]
 
 
 @dataclass
@@ -32,78 +32,70 @@ class Partition:
     facts: Facts | None = None
 
 
-def recompute_tags(joint_gm: fx.GraphModule) -> dict[str, Any]:
-    """The joint graph's recompute tags by node name."""
-    return {n.name: n.meta["recompute"] for n in joint_gm.graph.nodes if "recompute" in n.meta}
-
-
-def restore_tags(joint_gm: fx.GraphModule, tags: dict[str, Any]) -> None:
-    """Put back the recompute tags ``tags`` recorded by node name (the user's, before
-    any probe tagged the graph). By name: min-cut's CSE pass replaces the joint graph's
-    nodes with copies on every call."""
-    for node in joint_gm.graph.nodes:
-        if node.name in tags:
-            node.meta["recompute"] = tags[node.name]
-        else:
-            node.meta.pop("recompute", None)
+def realise(joint_gm: fx.GraphModule, start: Partition, num_fwd_outputs: int,
+            chains: dict[str, list[str]], analyze: Analyze) -> tuple[Partition, dict[str, str]]:
+    """``start`` (min-cut's partition) with the saved values of ``chains`` recomputed in
+    backward from their chains (``passes.recompute_saved``), and the values that could
+    not be (name -> why; they stay saved). No facts gathered."""
+    chains, left_out = dict(chains), {}
+    while chains:
+        try:
+            fw_gm, bw_gm = recompute_saved(joint_gm, start.fw_gm, start.bw_gm, num_fwd_outputs, chains)
+        except NotRecomputable as e:
+            if e.value not in chains:
+                raise
+            left_out[e.value] = str(e)
+            del chains[e.value]
+            continue
+        return Partition(fw_gm, bw_gm, analyze(fw_gm, bw_gm)), left_out
+    return start, left_out
 
 
 class Reuse:
-    """What planning one graph would otherwise compute again: min-cut's partition and its
-    facts for each set of recompute tags on the joint graph (``"auto"``'s probes often
-    realise the same recomputation), and the simulations the solver ran on each set of
-    facts (every probe solves the default partition first). Each is a pure function of
-    its key, so reuse changes no plan, only the time it takes.
+    """What planning one graph would otherwise compute again: the partition that
+    realises each set of recomputations, with its facts (``"auto"``'s probes often
+    realise the same ones), and the simulations the solver ran on each set of facts
+    (every probe solves the default partition first). Each is a pure function of its
+    key, so reuse changes no plan, only the time it takes.
 
-    Min-cut also leaves tags of its own on the joint graph (``MUST_SAVE`` where its
-    cleanup says so): a reused partition puts back the tags its min-cut left.
+    A realised partition's modules are built without their Python code
+    (:func:`_code_deferred`): the code of a partition no plan takes is never read.
+    :meth:`generate_code` generates it for the partition the plan takes, from its final
+    graph."""
 
-    Min-cut's first step replaces the joint graph with its common-subexpression-
-    eliminated copy. The partition the planner starts from did that already, and one
-    pass leaves no two nodes alike (it substitutes each node's arguments before
-    comparing), so the repartitions here skip it (``torch._functorch.config.cse``, for
-    their scope): about a sixth of each min-cut's time, the same partition.
-
-    A repartition also generates the Python code of its backward graph three times
-    (min-cut's reordering and its getitem pass, then ``keep_matmuls_early``), about a
-    sixth of the planning time on the GPT ``h100`` preset, and the code of a partition
-    no plan takes is never read. So repartitions generate none
-    (:func:`_code_deferred`); :meth:`generate_code` generates it for the partition the
-    plan takes, from its final graph, as the last of those calls would have."""
-
-    def __init__(self, joint_gm: fx.GraphModule, repartition: Repartition,
+    def __init__(self, joint_gm: fx.GraphModule, start: Partition, num_fwd_outputs: int,
+                 analyze: Analyze,
                  gather_facts: Callable[[fx.GraphModule, fx.GraphModule, list[Candidate]], Facts]):
         self.joint_gm = joint_gm
-        self._repartition = repartition
+        self.start = start
+        self.num_fwd_outputs = num_fwd_outputs
+        self._analyze = analyze
         self._gather = gather_facts
-        self._partitions: dict[tuple, tuple[Partition, dict[str, Any]]] = {}
+        self._partitions: dict[frozenset, tuple[Partition, dict[str, str]]] = {}
         self._memos: dict[int, tuple[Facts, SimMemo]] = {}
-        self._no_code: list[fx.GraphModule] = []  # partitions' modules without their code
+        self._no_code: list[fx.GraphModule] = []  # realised modules without their code
         self.partitions_reused = 0
 
-    def partition(self) -> Partition:
-        """Min-cut's partition of the joint graph as tagged now, with its facts."""
-        key = tuple(sorted(recompute_tags(self.joint_gm).items()))
+    def partition(self, chains: dict[str, list[str]]) -> tuple[Partition, dict[str, str]]:
+        """The start partition with the saved values of ``chains`` recomputed, with its
+        facts, and the values that could not be (name -> why)."""
+        key = frozenset(chains)
         known = self._partitions.get(key)
         if known is None:
             deferred: list[fx.GraphModule] = []
-            with functorch_config.patch(cse=False), _code_deferred(deferred):
-                fw_gm, bw_gm, candidates = self._repartition()
-            for gm in _unique(deferred):  # any other module min-cut recompiled: now
-                if gm is fw_gm or gm is bw_gm:
-                    self._no_code.append(gm)
-                else:
-                    _GENERATE(gm)
-            left = recompute_tags(self.joint_gm)
-            facts = self._gather(fw_gm, bw_gm, candidates)
-            known = self._partitions[key] = (Partition(fw_gm, bw_gm, candidates, facts), left)
+            with _code_deferred(deferred):
+                part, left_out = realise(self.joint_gm, self.start, self.num_fwd_outputs, chains,
+                                         self._analyze)
+            self._no_code.extend(_unique(deferred))
+            if part is not self.start:
+                part.facts = self._gather(part.fw_gm, part.bw_gm, part.candidates)
+            known = self._partitions[key] = (part, left_out)
         else:
             self.partitions_reused += 1
-            restore_tags(self.joint_gm, known[1])
-        return known[0]
+        return known
 
     def generate_code(self, *gms: fx.GraphModule) -> None:
-        """Generate the code of those of ``gms`` a repartition left without it."""
+        """Generate the code of those of ``gms`` built without it."""
         for gm in gms:
             if any(gm is x for x in self._no_code):
                 _GENERATE(gm)

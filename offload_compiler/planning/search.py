@@ -5,15 +5,16 @@ One entry point, :func:`plan_graph`, for every policy:
 - ``"all"`` / ``"none"``: a fixed choice (:func:`.decide.choose`), simulated for the
   record on the cost model when the graph is on an offload device.
 - ``"cost_model"``: the budget is settled once (:class:`.budget.Budget`), then
-  :func:`_realise` solves on the default partition, realises the recomputation the way
-  SAC does under compile (``MUST_RECOMPUTE`` tags on the joint graph, min-cut again)
-  and simulates; where the realised partition misses the bound it solves again on it,
-  up to ``MAX_ROUNDS`` times. For ``"auto"``, :func:`_search_realised` then searches
-  fixed budgets on realised partitions (``AUTO_REALISED_STEPS`` probes, each where the
-  line through the realised plans so far meets the step limit), since min-cut often
-  realises a recomputation cheaper than the solver's per-value chains say. The result
-  is the decisions, the partition that realises them, the predictions and where each
-  release and reload goes.
+  :func:`_realise` solves on the default partition (min-cut's), realises the
+  recomputation on it (each recomputed value's chain copied into backward,
+  ``passes.recompute_saved``) and simulates; where the realised partition misses the
+  bound it solves again on it, up to ``MAX_ROUNDS`` times. For ``"auto"``,
+  :func:`_search_realised` then searches fixed budgets on realised partitions
+  (``AUTO_REALISED_STEPS`` probes, each where the line through the realised plans so
+  far meets the step limit), since a recomputation realised costs less than the
+  solver's per-value chains say where chains share ops. The result is the decisions,
+  the partition that realises them, the predictions and where each release and reload
+  goes.
 """
 
 from __future__ import annotations
@@ -23,25 +24,25 @@ import functools
 import logging
 import time
 from dataclasses import dataclass
-from typing import Any
 
 import torch.fx as fx
 
 from passes import Candidate
+from passes.recompute_saved import saved_views
 from passes.schedule_prefetches import NEXT_CALL
 
 from ..config import OffloadConfig
-from ..decision import RECOMPUTE
+from ..decision import KEEP, RECOMPUTE
 from ..nbytes import nbytes_text
 from ..reporting.records import GraphPlan, Predictions
 from .budget import Budget, interpolate_budgets
 from .costs import NodeCosts
 from .decide import choose, decide_from_solution
-from .facts import Facts, final_simulation, gather, lanes_of, resimulation, tag_recompute
+from .facts import Facts, final_simulation, gather, lanes_of, resimulation
 from .hardware import profile_for
 from .limits import fit_limit
 from .replan import Corrections
-from .reuse import Partition, Repartition, Reuse, recompute_tags, restore_tags
+from .reuse import Analyze, Partition, Reuse, realise
 from .simulator import Lanes, SimResult
 from .solver import SimMemo, Solution, solve
 
@@ -62,8 +63,8 @@ class _Realised(Partition):
     final: SimResult | None = None
     recomputed: dict[str, str] = dataclasses.field(default_factory=dict)
     earlier: dict[str, Candidate] = dataclasses.field(default_factory=dict)
-    tags: dict[str, Any] = dataclasses.field(default_factory=dict)
-    """The joint graph's recompute tags this partition was made from."""
+    chains: dict[str, list[str]] = dataclasses.field(default_factory=dict)
+    """The recompute chains realised on the default partition to make this one."""
 
 
 @dataclass
@@ -77,16 +78,18 @@ class PlannedGraph:
     release_after: dict[str, fx.Node] | None = None
     issue_before: dict[str, fx.Node] | None = None
     recomputed: bool = False
-    """The partition differs from min-cut's first one (recomputation was realised)."""
-    recompute_tags: dict[str, Any] = dataclasses.field(default_factory=dict)
-    """The joint graph's recompute tags the partition was made from (for the plan cache)."""
+    """The partition differs from min-cut's (recomputation was realised)."""
+    recompute_chains: dict[str, list[str]] = dataclasses.field(default_factory=dict)
+    """The recompute chains realised on min-cut's partition to make this one (for the
+    plan cache)."""
 
 
 def plan_graph(joint_gm: fx.GraphModule, start: Partition, num_fwd_outputs: int,
-               config: OffloadConfig, graph_id: int, repartition: Repartition,
+               config: OffloadConfig, graph_id: int, analyze: Analyze,
                corrections: Corrections = Corrections(), search: bool = True) -> PlannedGraph:
     """Plan one graph: ``start`` is min-cut's partition of ``joint_gm`` and its candidates;
-    ``repartition`` runs min-cut again once recompute tags are set; ``corrections`` are
+    ``analyze`` makes the candidates of a partition that realises recomputation;
+    ``corrections`` are
     inputs measured on an earlier plan of the same graph (``replan.py``) and, with
     ``memory_limit``, the bytes the step may take. ``search=False``: ``"auto"`` keeps the
     solver's plan without probing realised partitions (``GraphPlan.provisional``), for a
@@ -94,7 +97,7 @@ def plan_graph(joint_gm: fx.GraphModule, start: Partition, num_fwd_outputs: int,
     search runs on measured inputs."""
     off_device = not any(c.device.split(":")[0] in config.devices for c in start.candidates)
     if config.policy == "cost_model" and not off_device:
-        planned = _plan_cost_model(joint_gm, start, num_fwd_outputs, config, graph_id, repartition,
+        planned = _plan_cost_model(joint_gm, start, num_fwd_outputs, config, graph_id, analyze,
                                    corrections, search)
     else:
         plan = choose(start.candidates, config, graph_id)
@@ -102,36 +105,33 @@ def plan_graph(joint_gm: fx.GraphModule, start: Partition, num_fwd_outputs: int,
             cost, lanes = _cost_model(start.candidates, config, corrections)
             facts = gather(start.fw_gm, start.bw_gm, num_fwd_outputs, start.candidates, None, cost)
             _simulate(plan, facts, final_simulation(facts, {}, lanes), lanes, cost, corrections)
-        planned = PlannedGraph(start.fw_gm, start.bw_gm, plan, recompute_tags=recompute_tags(joint_gm))
+        planned = PlannedGraph(start.fw_gm, start.bw_gm, plan)
     planned.plan.off_device = off_device
     return planned
 
 
-def replay(joint_gm: fx.GraphModule, tags: dict[str, Any], plan: GraphPlan,
-           release_after: dict[str, str] | None, issue_before: dict[str, str] | None,
-           repartition: Repartition) -> PlannedGraph | None:
-    """A plan made before, applied without planning: the recorded recompute ``tags`` go
-    back on the joint graph, min-cut runs once, and the recorded decisions and schedule
-    (by node name) are looked up in its partition. ``None`` if they do not fit it (an
-    offloaded value missing or no longer eligible, a schedule node missing); the joint
-    graph's tags are then as the caller left them."""
-    before = recompute_tags(joint_gm)
-    restore_tags(joint_gm, tags)
-    fw_gm, bw_gm, candidates = repartition()
-    by_name = {c.name: c for c in candidates}
-    fw_nodes = {n.name: n for n in fw_gm.graph.nodes}
-    bw_nodes = {n.name: n for n in bw_gm.graph.nodes}
-    fits = all(d.name in by_name and by_name[d.name].eligible for d in plan.offloaded)
+def replay(joint_gm: fx.GraphModule, start: Partition, num_fwd_outputs: int,
+           chains: dict[str, list[str]], plan: GraphPlan, release_after: dict[str, str] | None,
+           issue_before: dict[str, str] | None, analyze: Analyze) -> PlannedGraph | None:
+    """A plan made before, applied without planning: the recorded recompute ``chains``
+    are realised on ``start`` (min-cut's partition), and the recorded decisions and
+    schedule (by node name) are looked up in the result. ``None`` if they do not fit it
+    (a chain not realisable, an offloaded value missing or no longer eligible, a
+    schedule node missing)."""
+    part, left_out = realise(joint_gm, start, num_fwd_outputs, chains, analyze)
+    by_name = {c.name: c for c in part.candidates}
+    fw_nodes = {n.name: n for n in part.fw_gm.graph.nodes}
+    bw_nodes = {n.name: n for n in part.bw_gm.graph.nodes}
+    fits = not left_out and all(d.name in by_name and by_name[d.name].eligible for d in plan.offloaded)
     fits = fits and all(v in fw_nodes for v in (release_after or {}).values())
     fits = fits and all(v in bw_nodes for v in (issue_before or {}).values())
     if not fits:
-        restore_tags(joint_gm, before)
         return None
     return PlannedGraph(
-        fw_gm, bw_gm, plan,
+        part.fw_gm, part.bw_gm, plan,
         None if release_after is None else {k: fw_nodes[v] for k, v in release_after.items()},
         None if issue_before is None else {k: bw_nodes[v] for k, v in issue_before.items()},
-        recomputed=bool(plan.recomputed), recompute_tags=dict(tags))
+        recomputed=bool(chains), recompute_chains=dict(chains))
 
 
 def _cost_model(candidates: list[Candidate], config: OffloadConfig,
@@ -147,7 +147,7 @@ def _cost_model(candidates: list[Candidate], config: OffloadConfig,
 
 
 def _plan_cost_model(joint_gm, start: Partition, num_fwd_outputs: int, config: OffloadConfig,
-                     graph_id: int, repartition: Repartition, corrections: Corrections,
+                     graph_id: int, analyze: Analyze, corrections: Corrections,
                      search: bool = True) -> PlannedGraph:
     t0 = time.perf_counter()
     cost, lanes = _cost_model(start.candidates, config, corrections)
@@ -160,8 +160,7 @@ def _plan_cost_model(joint_gm, start: Partition, num_fwd_outputs: int, config: O
              "nothing moved) for %s; costed in %.1f s", graph_id, len(facts.tensors),
              _mib(sum(x.nbytes for x in facts.tensors)), _mib(baseline.peak_bytes),
              baseline.step_ms, budget.describe(), time.perf_counter() - t0)
-    tags = recompute_tags(joint_gm)  # the user's, before any probe tags the graph
-    reuse = Reuse(joint_gm, repartition, functools.partial(
+    reuse = Reuse(joint_gm, start, num_fwd_outputs, analyze, functools.partial(
         _gather_facts, num_fwd_outputs=num_fwd_outputs, joint_gm=joint_gm, cost=cost,
         min_bytes=config.min_offload_bytes))
     realise = functools.partial(_realise, joint_gm, num_fwd_outputs, config, start, lanes,
@@ -174,15 +173,10 @@ def _plan_cost_model(joint_gm, start: Partition, num_fwd_outputs: int, config: O
         progress.info("offload: graph %d: solved and realised in %.1f s: peak %s, step %.2f ms",
                       graph_id, time.perf_counter() - t1, _mib(best.final.peak_bytes), best.final.step_ms)
     if available is not None:
-        def attempt(nbytes: int) -> _Realised:
-            restore_tags(joint_gm, tags)
-            return realise(nbytes)
-
-        best = fit_limit(best, attempt, baseline.peak_bytes, available, corrections, graph_id)
+        best = fit_limit(best, realise, baseline.peak_bytes, available, corrections, graph_id)
     elif budget.auto and any(o.can_recompute for o in facts.options.values()):
         if search:
-            best = _search_realised(best, realise, baseline, joint_gm, tags, config.max_overhead,
-                                    graph_id)
+            best = _search_realised(best, realise, baseline, config.max_overhead, graph_id)
         else:
             provisional = True
             progress.info("offload: graph %d: \"auto\": the solver's plan, not searched; the search "
@@ -208,7 +202,7 @@ def _plan_cost_model(joint_gm, start: Partition, num_fwd_outputs: int, config: O
         issue_before[NEXT_CALL] = best.facts.bw_nodes[final.next_call_before]
     reuse.generate_code(best.fw_gm, best.bw_gm)
     return PlannedGraph(best.fw_gm, best.bw_gm, plan, release_after, issue_before,
-                        recomputed=bool(best.recomputed), recompute_tags=best.tags)
+                        recomputed=bool(best.chains), recompute_chains=best.chains)
 
 
 def _solve(facts: Facts, config: OffloadConfig, lanes: Lanes, budget_bytes: int | None,
@@ -233,22 +227,41 @@ def _realise(joint_gm, num_fwd_outputs: int, config: OffloadConfig, start: Parti
              baseline, cost, budget: Budget, reuse: Reuse,
              budget_bytes: int | None) -> _Realised:
     """Solve on ``start`` (the default partition) for ``budget_bytes`` (``None``:
-    ``"auto"``'s own search), realise the recomputation by tagging ``joint_gm`` and
-    running min-cut again (``reuse`` holds the partitions made before), and simulate
-    the result; solve again on the realised partition where it misses the budget, up to
-    ``MAX_ROUNDS`` times in all."""
+    ``"auto"``'s own search), realise the recomputation on it (``reuse`` holds the
+    partitions made before), and simulate the result; solve again on the realised
+    partition where it misses the budget, up to ``MAX_ROUNDS`` times in all. Each round
+    realises the recomputations of all rounds on ``start``, with ``start``'s chains."""
     fw_gm, bw_gm, candidates, facts = start.fw_gm, start.bw_gm, start.candidates, start.facts
     earlier = {c.name: c for c in candidates}
     recomputed: dict[str, str] = {}  # name -> reason, over all rounds
+    chains: dict[str, list[str]] = {}
     bound = None  # after the first round: the peak to hold the plan to
     for _ in range(MAX_ROUNDS):
         solution = _solve(facts, config, lanes, budget_bytes if bound is None else bound, budget.auto,
                           reuse.memo(facts))
         recompute = [n for n, d in solution.decisions.items() if d == RECOMPUTE]
-        recomputed.update((n, solution.reasons[n]) for n in recompute)
         if recompute:
-            tag_recompute(joint_gm, [facts.chains[n] for n in recompute])
-            realised = reuse.partition()
+            # A value saved in a realised partition is saved in ``start`` too (realising
+            # only takes saved values away), with a chain at least as short there.
+            chains.update((n, start.facts.chains[n]) for n in recompute)
+            views = {n: chain for n, chain in saved_views(joint_gm, start.fw_gm, num_fwd_outputs,
+                                                          chains).items()
+                     if solution.decisions.get(n, KEEP) == KEEP}
+            if views:  # recomputed with what they view, or they would keep its memory
+                chains.update(views)
+                recompute += list(views)
+                solution = dataclasses.replace(
+                    solution, decisions={**solution.decisions, **{n: RECOMPUTE for n in views}},
+                    reasons={**solution.reasons, **{n: _view_reason(joint_gm, chain) for n, chain in
+                                                    views.items()}})
+            realised, left_out = reuse.partition(chains)
+            if left_out:  # they stay saved (not expected: gathering the facts vetted each chain)
+                for n, why in left_out.items():
+                    progress.info("offload: %s is kept, not recomputed: %s", n, why)
+                    chains.pop(n, None)
+                solution = dataclasses.replace(solution, decisions={
+                    **solution.decisions, **{n: KEEP for n in left_out}})
+            recomputed.update((n, solution.reasons[n]) for n in recompute if n in chains)
             fw_gm, bw_gm, candidates, facts = (realised.fw_gm, realised.bw_gm,
                                                realised.candidates, realised.facts)
             earlier.update((c.name, c) for c in candidates if c.name not in earlier)
@@ -262,19 +275,27 @@ def _realise(joint_gm, num_fwd_outputs: int, config: OffloadConfig, start: Parti
             bound = solution.budget_bytes if not budget.auto else solution.result.peak_bytes
         if not recompute or final.peak_bytes <= bound:
             break
-    return _Realised(fw_gm, bw_gm, candidates, facts, solution, final, recomputed, earlier,
-                     recompute_tags(joint_gm))
+    return _Realised(fw_gm, bw_gm, candidates, facts, solution, final, recomputed, earlier, dict(chains))
 
 
-def _search_realised(first: _Realised, realise, baseline: SimResult, joint_gm: fx.GraphModule,
-                     tags: dict[str, Any], max_overhead: float, graph_id: int = 0) -> _Realised:
+def _view_reason(joint_gm: fx.GraphModule, chain: list[str]) -> str:
+    """Why a saved view (``chain``: its view ops, the last reading the value viewed) is
+    recomputed."""
+    last = next(n for n in joint_gm.graph.nodes if n.name == chain[-1])
+    base = last.args[0].name
+    return (f"{RECOMPUTE.value}: a view of {base}, which is recomputed: saved, it would hold "
+            f"{base}'s memory")
+
+
+def _search_realised(first: _Realised, realise, baseline: SimResult, max_overhead: float,
+                     graph_id: int = 0) -> _Realised:
     """``"auto"``: the least realised activation peak whose realised step stays within
     ``max_overhead``, searching over fixed budgets (``AUTO_REALISED_STEPS`` probes,
     :func:`_interpolate`).
 
     The solver's own search prices a recomputation by its chain in the default
-    partition; min-cut often realises it cheaper (a value it recomputes is reused by
-    the next), so the solver's choice is the starting point, not the answer. A probe
+    partition; realised, it often costs less (an op two chains share runs once), so the
+    solver's choice is the starting point, not the answer. A probe
     that meets the overhead narrows the search downwards, one that misses it upwards.
 
     The first probe is the budget next to the solver's plan, at the bisection's
@@ -299,7 +320,6 @@ def _search_realised(first: _Realised, realise, baseline: SimResult, joint_gm: f
         nonlocal best, probe
         probe += 1
         t0 = time.perf_counter()
-        restore_tags(joint_gm, tags)
         trial = realise(budget)
         within = trial.final.step_ms <= limit_ms
         points.append((trial.final.peak_bytes, trial.final.step_ms))
@@ -327,7 +347,6 @@ def _search_realised(first: _Realised, realise, baseline: SimResult, joint_gm: f
                       "the budget just below the plan's peak is over the limit too" if first_within
                       else "the budget just above the plan's peak is within the limit")
     if best is None:  # nothing moved is always within the overhead
-        restore_tags(joint_gm, tags)
         best = realise(baseline.peak_bytes)
     return best
 
