@@ -34,6 +34,7 @@ import dataclasses
 
 import torch
 import torch.fx as fx
+from torch._functorch._aot_autograd.utils import _is_primal
 
 from .nodes import is_random, is_view_node
 
@@ -137,17 +138,17 @@ def _inputs_to_receive(joint, chains, in_chain: set[str], received) -> list[str]
             for arg in node.all_input_nodes:
                 if arg.name in in_chain or (arg.name in received and arg.name not in chains):
                     continue
-                if not _is_graph_input(arg):
+                if not receivable_input(arg):
                     raise NotRecomputable(
                         value, f"{node.name} in its chain reads {arg.name}, which backward does not receive")
                 missing[arg.name] = position[arg.name]
     return sorted(missing, key=missing.__getitem__)
 
 
-def _is_graph_input(node: fx.Node) -> bool:
-    """A forward input (not a tangent, seed or backward state) held as a tensor or symbol."""
-    from torch._functorch._aot_autograd.utils import _is_primal
-
+def receivable_input(node: fx.Node) -> bool:
+    """A graph input a recomputation may read: a forward input (not a tangent, seed or
+    backward state) held as a tensor or symbol, which the forward can return for
+    backward."""
     val = node.meta.get("val")
     return _is_primal(node) and isinstance(val, (torch.Tensor, torch.SymInt, int))
 
@@ -195,7 +196,7 @@ def _recompute(name: str, joint, in_chain: set[str], env: dict[str, fx.Node],
             continue
         node = joint[current]
         pending = [a.name for a in node.all_input_nodes
-                   if a.name not in env and not _available(a.name, in_chain, received, env)]
+                   if a.name not in env and not _available(a.name, in_chain, received)]
         if pending:
             todo.extend(pending)
             continue
@@ -206,9 +207,9 @@ def _recompute(name: str, joint, in_chain: set[str], env: dict[str, fx.Node],
     return env[name]
 
 
-def _available(name: str, in_chain: set[str], received, env) -> bool:
+def _available(name: str, in_chain: set[str], received) -> bool:
     """Backward has ``name`` without computing it: received and not itself recomputed."""
-    return name in received and name not in in_chain and name not in env
+    return name in received and name not in in_chain
 
 
 def _lookup(name: str, env: dict[str, fx.Node], received: dict[str, fx.Node]) -> fx.Node:

@@ -18,12 +18,12 @@ from typing import Any, Callable
 
 import torch
 import torch.fx as fx
-from torch._functorch._aot_autograd.utils import _is_primal
 from torch.utils.checkpoint import CheckpointPolicy
 
 from passes import Candidate
 from passes.analyze_candidates import saved_values
 from passes.nodes import aliases, is_extern, is_materialized, is_random, tensor_bytes, view_root
+from passes.recompute_saved import receivable_input
 
 from .costs import NodeCosts, recompute_free_reads, chain_ms, fused_backward_reads
 from .hardware import HardwareProfile
@@ -77,7 +77,7 @@ def _recompute_chain(joint: dict[str, fx.Node], name: str, saved: set[str]) -> t
         if node is not root and node.name in saved:
             continue
         if node.op == "placeholder":
-            if not _is_primal(node):
+            if not receivable_input(node):
                 return [], f"reads {node.name}, an input backward cannot receive"
             continue
         if node.op != "call_function":
