@@ -16,7 +16,10 @@ ResNet-50 at 0.5 on a CPU, its rewrite took 0.9 s with all of them installed aga
 leaves them out. ``--profile`` also runs the step under ``cProfile`` (which about doubles
 the time Python spends, and loses callers across Dynamo's frames; compare rows with each
 other, not with ``zoo.py``'s) and writes it to ``OUT/<model>_<strategy>.prof`` for
-``pstats``.
+``pstats``. ``--sample`` samples the step's Python stack every 2 ms on a thread
+(``sampler.py``: no function wrapped), prints where the seconds inside Dynamo's
+``call_user_compiler`` but outside AOTAutograd went, and writes the stacks to
+``OUT/<model>_<strategy>.stacks.json.gz`` (``sampler.load``).
 
 Strategies: ``inductor`` (``torch.compile``'s default), ``offload:auto``,
 ``offload:B`` (a fraction). Run the calibration first (``python -c "from
@@ -38,6 +41,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
 
+from sampler import Sampler  # noqa: E402
 from zoo import MODELS  # noqa: E402
 
 #: Functions timed: (module, attribute path); the ones a row never calls show no calls.
@@ -67,6 +71,10 @@ TIMED = (
     ("offload_compiler.runtime.pool", "HostPool.register_graph"),
     ("offload_compiler.runtime.pool", "HostPool.acquire"),
 )
+
+#: AOTAutograd's own phases (torch 2.11 nests the graph capture and the forward's
+#: compile in ``create_aot_dispatcher_function``; torch 2.13 calls them beside it).
+AOT_PHASES = ("create_aot_dispatcher_function", "aot_stage1_graph_capture", "aot_stage2_compile")
 
 #: Functions whose callees a ``--profile`` lists: (the end of the file's path, the name).
 FOCUS = (("offload_compiler/backend.py", "__call__"), ("compile_fx.py", "compile_fx"))
@@ -138,14 +146,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--strategy", required=True, help="inductor, offload:auto or offload:B")
     p.add_argument("--no-timers", action="store_true", help="time no function (phases only)")
     p.add_argument("--profile", action="store_true", help="also run the step under cProfile")
-    p.add_argument("--out", default=None, help="folder for the profile (with --profile)")
+    p.add_argument("--sample", action="store_true", help="sample the step's Python stack (sampler.py)")
+    p.add_argument("--out", default=None, help="folder for the profile or the stacks")
     p.add_argument("--top", type=int, default=12, help="callees listed per function (--profile)")
     args = p.parse_args(argv)
     kind, _, budget = args.strategy.partition(":")
     if kind not in ("inductor", "offload") or (kind == "offload" and not budget):
         p.error(f"--strategy {args.strategy!r}: give inductor, offload:auto or offload:B")
-    if args.profile and not args.out:
-        p.error("--profile needs --out (the folder for the profile)")
+    if (args.profile or args.sample) and not args.out:
+        p.error("--profile and --sample need --out (the folder for what they write)")
 
     import torch
 
@@ -174,11 +183,16 @@ def main(argv: list[str] | None = None) -> int:
     if not args.no_timers:
         timers.install()
     prof = cProfile.Profile() if args.profile else None
+    sampler = Sampler() if args.sample else None
     timers.t0 = t0 = time.perf_counter()
     if prof is not None:
         prof.enable()
+    if sampler is not None:
+        sampler.start()
     compiled(*batch).backward()
     torch.cuda.synchronize()
+    if sampler is not None:
+        sampler.stop()
     if prof is not None:
         prof.disable()
     took = time.perf_counter() - t0
@@ -192,6 +206,11 @@ def main(argv: list[str] | None = None) -> int:
     print("  phases: " + ", ".join(f"{k} {v}" for k, v in phases.items() if v >= 0.1))
     if not args.no_timers:
         print(timers.table())
+    if sampler is not None:
+        name = f"{args.model}_{args.strategy.replace(':', '_')}"
+        Path(args.out).mkdir(parents=True, exist_ok=True)
+        sampler.save(str(Path(args.out) / f"{name}.stacks.json.gz"))
+        print(sampler.table("call_user_compiler", AOT_PHASES, args.top + 30))
     if prof is not None:
         _report_profile(prof, Path(args.out) / f"{args.model}_{args.strategy.replace(':', '_')}.prof",
                         args.top)

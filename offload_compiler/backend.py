@@ -24,6 +24,14 @@ from typing import Any, Callable, Mapping, Sequence
 import torch
 import torch.fx as fx
 
+# Inductor's compiler, imported with the backend. ``torch.compile`` imports it for its
+# own Inductor backend when it is called (``get_compiler_config``), before the first
+# step; imported on the backend's first graph instead, it was the first step that paid
+# for it (0.6 s on a 2-core CPU, torch 2.13; more on a GPU host, Triton's modules with
+# it; ``benchmarks/RESULTS.md``, session 22).
+from torch._inductor import compile_fx as inductor_compile_fx
+
+from . import lowering
 from .config import SUPPORTED_DEVICE_TYPES, OffloadConfig
 from .partitioner import OffloadPartitioner
 from .planning import cache, limits, sizes
@@ -191,13 +199,9 @@ class OffloadBackend:
     @staticmethod
     def _inner_compile(gm, example_inputs, config: OffloadConfig, partitioner, patches):
         if config.inner_compiler == "inductor":
-            from torch._inductor.compile_fx import compile_fx
-
-            from . import lowering
-
             lowering.install()
 
-            return _uses_pool(config, compile_fx(
+            return _uses_pool(config, inductor_compile_fx.compile_fx(
                 gm, example_inputs, inner_compile=lowering.compile_inner,
                 config_patches={**patches, "custom_partitioner_fn": partitioner},
             ), example_inputs, fixed_buffers=_records(patches))

@@ -39,6 +39,7 @@ from .planning import cache
 from .planning.budget import warn_if_missed
 from .planning.decide import offloads_of
 from .planning.replan import Corrections
+from .planning.reuse import code_once
 from .planning.search import progress, replay
 from .reporting import tables, timeline
 from .reporting.dump import Dumper, dump_root
@@ -120,9 +121,19 @@ class OffloadPartitioner(CustomPartitionerFn):
         def analyze(fw: fx.GraphModule, bw: fx.GraphModule) -> list:
             return self._analyze(fw, bw, num_fwd_outputs)
 
+        joint_hash = cache.joint_hash(gm) if self.cache_key else ""
+        # Min-cut and each pass regenerate the code of the graphs they change; it is
+        # read only by Inductor's compile, after this call (code_once).
+        with code_once():
+            fw_gm, bw_gm, plan = self._plan_and_rewrite(gm, joint_inputs, kwargs, num_fwd_outputs,
+                                                         joint_hash, graph_id, analyze, dumper)
+        self._report(plan, dumper)
+        return fw_gm, bw_gm
+
+    def _plan_and_rewrite(self, gm, joint_inputs, kwargs, num_fwd_outputs: int, joint_hash: str,
+                          graph_id: int, analyze, dumper: Dumper):
         fw_gm, bw_gm = _partition(gm, joint_inputs, kwargs)
         start = Partition(fw_gm, bw_gm, analyze(fw_gm, bw_gm))
-        joint_hash = cache.joint_hash(gm) if self.cache_key else ""
         planned = self._replay(gm, start, num_fwd_outputs, joint_hash, graph_id, analyze, dumper)
         if planned is None:
             dumper.stage("partitioned", fw_gm, bw_gm)
@@ -138,7 +149,7 @@ class OffloadPartitioner(CustomPartitionerFn):
         if fresh and self.cache_key:
             cache.store(self.cache_key, cache.CachedPlan(
                 joint_hash, planned.recompute_chains, plan, *schedule, dumper.graph_files))
-        return fw_gm, bw_gm
+        return fw_gm, bw_gm, plan
 
     def _replay(self, gm, start: Partition, num_fwd_outputs: int, joint_hash: str, graph_id: int,
                 analyze, dumper) -> PlannedGraph | None:
@@ -178,7 +189,6 @@ class OffloadPartitioner(CustomPartitionerFn):
         if self.graph_slots:
             use_graph_slots(fw_gm, bw_gm)
             dumper.stage("graph_slots", fw_gm, bw_gm)
-        self._report(plan, dumper)
         return fw_gm, bw_gm, plan
 
     def report_cached(self) -> GraphPlan | None:

@@ -55,8 +55,18 @@ def transfer_op(name: str) -> Any:
 
 
 def _returns_alias(target: object) -> bool:
-    schema = getattr(target, "_schema", None)
-    return schema is not None and any(r.alias_info is not None for r in schema.returns)
+    known = _ALIAS_BY_TARGET.get(target)
+    if known is None:
+        schema = getattr(target, "_schema", None)
+        known = schema is not None and any(r.alias_info is not None for r in schema.returns)
+        _ALIAS_BY_TARGET[target] = known
+    return known
+
+
+#: ``_returns_alias`` by op. Reading an op's schema builds its return values' Python
+#: objects on each call: 0.5 s of planning HF Llama on an H100 host went there
+#: (``benchmarks/RESULTS.md``, session 22), asked of every node many times.
+_ALIAS_BY_TARGET: dict[Any, bool] = {}
 
 
 def is_view_node(node: fx.Node) -> bool:

@@ -275,9 +275,9 @@ def test_a_realised_partition_is_reused_for_the_same_recomputations(monkeypatch)
 def test_realised_partitions_generate_no_code_but_the_plan_takes_its_partition_with_code(monkeypatch):
     """Realised partitions leave their modules' Python code ungenerated (``"auto"``'s
     probes realise several, and one is taken); the partition the plan takes gets it
-    from its final graph. The plan, its rewritten graphs' code
-    and the gradients are those of a compile that generates the code every time, with
-    fewer code generations."""
+    from its final graph, once the rewrite is done (``code_once``). The plan, its
+    rewritten graphs' code and the gradients are those of a compile that generates the
+    code every time, with fewer code generations."""
     import contextlib
 
     import torch
@@ -292,16 +292,16 @@ def test_realised_partitions_generate_no_code_but_the_plan_takes_its_partition_w
     monkeypatch.setattr(torch.fx.Graph, "python_code",
                         lambda self, *a, **k: generated.append(1) or python_code(self, *a, **k))
     stale = []
-    plan_graph = partitioner.plan_graph
+    partition_and_plan = partitioner.OffloadPartitioner._partition_and_plan
 
-    def checked(*args, **kwargs):
-        """The modules handed to the rewrite (and the dump) have the code of their graph."""
-        planned = plan_graph(*args, **kwargs)
-        for gm in (planned.fw_gm, planned.bw_gm):
+    def checked(self, *args, **kwargs):
+        """The modules the partitioner hands Inductor have the code of their graph."""
+        fw_gm, bw_gm = partition_and_plan(self, *args, **kwargs)
+        for gm in (fw_gm, bw_gm):
             stale.append(getattr(gm, "code", None) != python_code(gm.graph, "self").src)
-        return planned
+        return fw_gm, bw_gm
 
-    monkeypatch.setattr(partitioner, "plan_graph", checked)
+    monkeypatch.setattr(partitioner.OffloadPartitioner, "_partition_and_plan", checked)
 
     def plan(budget):
         torch._dynamo.reset()
@@ -350,6 +350,7 @@ def test_code_deferral_is_scoped_to_its_thread_and_restored():
     gm, other = fx.symbolic_trace(f), fx.symbolic_trace(f)
     lazy = _LazyGraphModule(gm, fx.symbolic_trace(f).graph)
     before = gm.code
+    torch_recompile = fx.GraphModule.recompile
     deferred = []
     with reuse._code_deferred(deferred):
         for module in (gm, other, lazy):
@@ -363,6 +364,55 @@ def test_code_deferral_is_scoped_to_its_thread_and_restored():
         assert "cos" in other.code
     assert "cos" in lazy.code
     assert deferred == [gm]
-    assert fx.GraphModule.recompile is reuse._GENERATE
-    reuse._GENERATE(gm)
+    assert fx.GraphModule.recompile is torch_recompile
+    gm.recompile()
     assert "cos" in gm.code and torch.equal(gm(torch.ones(2)), torch.ones(2).cos())
+
+
+def test_code_once_generates_each_module_once_at_its_end_and_nests(monkeypatch):
+    """In a ``code_once`` scope, a module recompiled several times (by passes, or by an
+    inner deferral that generates its modules later) has its code generated once, when
+    the outermost scope ends, from its final graph; a module recorded by the inner
+    deferral and never generated stays without new code."""
+    import torch
+    import torch.fx as fx
+
+    from offload_compiler.planning import reuse
+
+    generated = []
+    torch_recompile = fx.GraphModule.recompile
+
+    def counting(gm):
+        generated.append(gm)
+        return torch_recompile(gm)
+
+    monkeypatch.setattr(fx.GraphModule, "recompile", counting)
+
+    def f(x):
+        return torch.sin(x)
+
+    def retarget(gm: fx.GraphModule, old, new) -> None:
+        (node,) = gm.graph.find_nodes(op="call_function", target=old)
+        node.target = new
+
+    a, b, unused = fx.symbolic_trace(f), fx.symbolic_trace(f), fx.symbolic_trace(f)
+    generated.clear()  # tracing generated their first code
+    with reuse.code_once():
+        retarget(a, torch.sin, torch.cos)
+        a.recompile()
+        retarget(a, torch.cos, torch.tanh)
+        a.recompile()
+        inner = []
+        with reuse._code_deferred(inner):
+            retarget(b, torch.sin, torch.exp)
+            b.recompile()
+            retarget(unused, torch.sin, torch.exp)
+            unused.recompile()
+        assert generated == [] and inner == [b, unused]
+        b.recompile()  # what Reuse.generate_code does for the partition a plan takes
+        assert generated == [] and "sin" in a.code
+    assert generated == [a, b]
+    assert fx.GraphModule.recompile is counting
+    assert torch.equal(a(torch.ones(2)), torch.ones(2).tanh())
+    assert torch.equal(b(torch.ones(2)), torch.ones(2).exp())
+    assert "sin" in unused.code

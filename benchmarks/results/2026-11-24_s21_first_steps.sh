@@ -5,7 +5,8 @@
 # Calibrates the hardware profile in a process of its own, runs a warm-up process (the
 # machine's first Triton compile), then one process per row: the strategies in the order
 # given, then in reverse (default: inductor offload:0.5 offload:auto). Logs under $OUT;
-# the first-step lines last.
+# the first-step lines last. FIRST_STEP_ARGS: more arguments for each row (session 22:
+# "--sample --out $OUT/stacks").
 set -u
 export PYTHONPATH=$PWD
 model=$1; shift
@@ -17,7 +18,7 @@ python -c "from offload_compiler.planning.hardware import profile_for; profile_f
   > "$OUT/calibrate.log" 2>&1
 python benchmarks/first_step.py --model tiny_gpt --strategy inductor --no-timers > "$OUT/warmup.log" 2>&1
 for s in "${order[@]}"; do
-  timeout 170 python benchmarks/first_step.py --model "$model" --strategy "$s" --no-timers \
+  timeout 170 python benchmarks/first_step.py --model "$model" --strategy "$s" --no-timers ${FIRST_STEP_ARGS:-} \
     >> "$OUT/$model.log" 2>&1 || echo "$model $s: exit $?" >> "$OUT/$model.log"
 done
 grep -E "first step|exit" "$OUT/$model.log"

@@ -95,10 +95,11 @@ class Reuse:
         return known
 
     def generate_code(self, *gms: fx.GraphModule) -> None:
-        """Generate the code of those of ``gms`` built without it."""
+        """Generate the code of those of ``gms`` built without it (``recompile``: in a
+        :func:`code_once` scope, at its end)."""
         for gm in gms:
             if any(gm is x for x in self._no_code):
-                _GENERATE(gm)
+                gm.recompile()
                 self._no_code = [x for x in self._no_code if x is not gm]
 
     def memo(self, facts: Facts) -> SimMemo:
@@ -109,21 +110,19 @@ class Reuse:
         return known[1]
 
 
-#: ``GraphModule.recompile`` as torch defines it: the graph's Python code, generated.
-_GENERATE = fx.GraphModule.recompile
-
-
 @contextlib.contextmanager
 def _code_deferred(deferred: list[fx.GraphModule]):
     """For its scope, in this thread, ``GraphModule.recompile`` (which generates a
     module's Python code from its graph) records the module in ``deferred`` instead;
-    the caller generates the code of each (:data:`_GENERATE`) before it is read. Lazy
-    modules and other threads are left alone. Put back on exit."""
+    the caller has each module's code generated (``recompile`` once the scope is left)
+    before it is read. Lazy modules and other threads are left alone. Scopes nest; the
+    ``recompile`` found on entry is put back on exit."""
     thread = threading.get_ident()
+    previous = fx.GraphModule.recompile
 
     def recompile(gm: fx.GraphModule):
         if isinstance(gm, _LazyGraphModule) or threading.get_ident() != thread:
-            return _GENERATE(gm)
+            return previous(gm)
         deferred.append(gm)
         return None
 
@@ -131,7 +130,23 @@ def _code_deferred(deferred: list[fx.GraphModule]):
     try:
         yield
     finally:
-        fx.GraphModule.recompile = _GENERATE
+        fx.GraphModule.recompile = previous
+
+
+@contextlib.contextmanager
+def code_once():
+    """A scope in which each module whose graph changes has its Python code generated
+    once, when the scope is left, however often passes inside ``recompile`` it. For
+    graph rewrites that read no module's code nor run one: min-cut and the offload
+    passes each generate the code of the graphs they change, and regenerating a large
+    graph's code takes a tenth of a second (HF Llama)."""
+    deferred: list[fx.GraphModule] = []
+    try:
+        with _code_deferred(deferred):
+            yield
+    finally:
+        for gm in _unique(deferred):
+            gm.recompile()
 
 
 def _unique(gms: list[fx.GraphModule]) -> list[fx.GraphModule]:
