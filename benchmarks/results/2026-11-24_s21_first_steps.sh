@@ -6,14 +6,16 @@
 # machine's first Triton compile), then one process per row: the strategies in the order
 # given, then in reverse (default: inductor offload:0.5 offload:auto). Logs under $OUT;
 # the first-step lines last. FIRST_STEP_ARGS: more arguments for each row (session 22:
-# "--sample --out $OUT/stacks").
+# "--sample --out $OUT/stacks"). REVERSE=0: the order given only.
 set -u
 export PYTHONPATH=$PWD
 model=$1; shift
 strategies=("$@")
 [ ${#strategies[@]} -eq 0 ] && strategies=(inductor offload:0.5 offload:auto)
 order=("${strategies[@]}")
-for ((i=${#strategies[@]}-1; i>=0; i--)); do order+=("${strategies[i]}"); done
+if [ "${REVERSE:-1}" = 1 ]; then
+  for ((i=${#strategies[@]}-1; i>=0; i--)); do order+=("${strategies[i]}"); done
+fi
 python -c "from offload_compiler.planning.hardware import profile_for; profile_for('cuda')" \
   > "$OUT/calibrate.log" 2>&1
 python benchmarks/first_step.py --model tiny_gpt --strategy inductor --no-timers > "$OUT/warmup.log" 2>&1
