@@ -319,7 +319,7 @@ def _cudagraph_patches(gm: fx.GraphModule, example_inputs: Sequence[Any], config
     from torch._inductor import config as inductor_config
     from torch._inductor.utils import any_is_symbolic
 
-    from passes.nodes import source_line
+    from passes.provenance import source_line
 
     where = next((w for w in map(source_line, gm.graph.nodes) if w), f"{len(gm.graph.nodes)} nodes")
     if not inductor_config.triton.cudagraph_trees:

@@ -3,7 +3,7 @@
 Passes import ``torch`` and each other only, never ``offload_compiler``: they name the
 transfer ops through ``torch.ops.offload`` (registered by ``offload_compiler.runtime``;
 :func:`passes.nodes.transfer_op`). ``passes.nodes`` is the one home for what an FX node
-is. See README.md in this folder for the invariants they keep.
+is, ``passes.provenance`` for where it came from in the user's program. See README.md in this folder for the invariants they keep.
 """
 
 from .analyze_candidates import Candidate, analyze_candidates, saved_values

@@ -19,8 +19,8 @@ from dataclasses import dataclass
 import torch
 import torch.fx as fx
 
-from .nodes import (is_dense, is_overlapping, is_view_node, module_path, size_hint, source_line,
-                    tensor_nbytes, view_root)
+from .nodes import is_dense, is_overlapping, is_view_node, size_hint, tensor_nbytes, view_root
+from .provenance import module_path, source_line
 
 #: :attr:`Candidate.kind` of a value computed in the graph, and of a graph input
 #: (parameter, buffer or model input) or a view of one.

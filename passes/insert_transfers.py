@@ -33,8 +33,9 @@ from dataclasses import dataclass
 import torch
 import torch.fx as fx
 
-from .nodes import alias_closure, is_dense, module_path, source_line, transfer_op
+from .nodes import alias_closure, is_dense, transfer_op
 from .placement import copy_point, release_point, wait_point
+from .provenance import module_path, source_line
 from .transfer_meta import META_KEY, TransferMeta, transfer_meta, transfer_nodes
 
 #: Overload of the transfer ops that passes a token instead of a host tensor.

@@ -14,9 +14,9 @@
   the cost model and liveness ask this) and :func:`materialization_points` (*where* in
   the graph a value is written whatever the passes do: the node that forces it; the
   placement of transfers asks this, since an anchor must already be in memory there).
-- Where a node came from, in the user's terms: the module that ran it
-  (:func:`module_path`, e.g. ``blocks.0.attn.qkv``) and the line of the user's source
-  (:func:`source_line`, e.g. ``gpt.py:85 in forward``), from the metadata Dynamo records.
+
+Where a node came from, in the user's terms (its module and source line), is
+:mod:`passes.provenance`.
 
 Transfer ops are recognised by their namespace, ``torch.ops.offload`` (registered by
 ``offload_compiler.runtime``), so this module needs nothing from ``offload_compiler``.
@@ -27,8 +27,6 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import operator
-import os
-import re
 from typing import Any, Iterator, Mapping
 
 import sympy
@@ -398,32 +396,3 @@ def materialization_points(graph: fx.Graph) -> dict[fx.Node, int]:
                 if u.target is operator.getitem:
                     found.setdefault(u, i)
     return {n: i for n, i in found.items() if is_tensor_op(n)}
-
-
-_FRAME = re.compile(r'File "([^"]+)", line (\d+), in (\S+)')
-_ROOT = re.compile(r"^L\[['\"]([^'\"]+)['\"]\]\.?")
-
-
-def module_path(node: fx.Node) -> str:
-    """The dotted path of the innermost module that ran ``node`` (``"blocks.0.attn.qkv"``),
-    from Dynamo's ``nn_module_stack`` (for a backward node, AOTAutograd's copy of its
-    forward op's, ``fwd_nn_module_stack``); ``""`` for the root module or without that record."""
-    stack = node.meta.get("nn_module_stack") or node.meta.get("fwd_nn_module_stack") or {}
-    if not stack:
-        return ""
-    path = list(stack.values())[-1][0]
-    if not isinstance(path, str):
-        return ""
-    path = re.sub(r"\._modules\[['\"]([^'\"]+)['\"]\]", r".\1", path)  # older Dynamo spelling
-    path = _ROOT.sub(lambda m: "" if m.group(1) == "self" else m.group(1) + ".", path)
-    return path.strip(".")
-
-
-def source_line(node: fx.Node) -> str:
-    """``"file.py:LINE in FUNCTION"`` of the user's source that made ``node`` (the
-    innermost frame Dynamo recorded), or ``""`` when it recorded none."""
-    frames = _FRAME.findall(node.meta.get("stack_trace") or "")
-    if not frames:
-        return ""
-    path, line, func = frames[-1]
-    return f"{os.path.basename(path)}:{line} in {func}"

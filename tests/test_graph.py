@@ -272,7 +272,7 @@ def test_reloads_are_not_marked_unaligned():
 def test_module_path_and_source_line_speak_the_users_terms():
     import torch.fx as fx
 
-    from passes.nodes import module_path, source_line
+    from passes.provenance import module_path, source_line
 
     g = fx.Graph()
     n = g.placeholder("x")

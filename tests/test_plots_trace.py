@@ -64,7 +64,7 @@ def test_simulated_events_carry_op_indices_and_tensor_names():
 def test_backward_nodes_get_the_module_of_their_forward_op():
     import torch.fx as fx
 
-    from passes.nodes import module_path
+    from passes.provenance import module_path
 
     g = fx.Graph()
     n = g.placeholder("x")

@@ -22,7 +22,8 @@ from typing import Any, Sequence
 
 import torch.fx as fx
 
-from passes.nodes import called_op, module_path, source_line, tensor_bytes
+from passes.nodes import called_op, tensor_bytes
+from passes.provenance import module_path, source_line
 
 from .._version import SCHEMA_VERSION
 from ..nbytes import nbytes_text
@@ -47,9 +48,9 @@ class Origin:
     target: str
     """Full op name: ``aten.mm.default``."""
     module: str
-    """Module path (``passes.nodes.module_path``), ``""`` for the root module."""
+    """Module path (``passes.provenance.module_path``), ``""`` for the root module."""
     source: str
-    """``file.py:LINE in FUNCTION`` (``passes.nodes.source_line``), or ``""``."""
+    """``file.py:LINE in FUNCTION`` (``passes.provenance.source_line``), or ``""``."""
     nbytes: int
     """Bytes of the node's output."""
     recomputed: bool = False
