@@ -30,26 +30,30 @@ def test_entry_point_declared_in_pyproject():
     assert 'offload = "offload_compiler.backend:offload_backend"' in text
 
 
-def test_backend_found_without_importing_the_package():
-    """With the package installed, backend="offload" works with no import (entry point)."""
+def _run_installed(code: str) -> None:
+    """Run ``code`` in a fresh interpreter that finds the package only as installed
+    (outside the checkout, no ``PYTHONPATH``); it must print ``ok``. Skipped when the
+    package is not installed (its entry point is not visible)."""
     from importlib.metadata import entry_points
 
     if "offload" not in entry_points(group="torch_dynamo_backends").names:
         pytest.skip("package not installed (pip install -e .): entry point not visible")
-    code = (
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    out = subprocess.run([sys.executable, "-c", code + "print('ok')\n"], capture_output=True,
+                         text=True, cwd="/", env=env, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "ok" in out.stdout
+
+
+def test_backend_found_without_importing_the_package():
+    """With the package installed, backend="offload" works with no import (entry point)."""
+    _run_installed(
         "import torch, sys\n"
         "m = torch.nn.Linear(4, 4)\n"
         "c = torch.compile(m, backend='offload', options={'devices': ('cpu',), "
         "'inner_compiler': 'eager', 'min_offload_bytes': 0})\n"
         "c(torch.randn(3, 4)).sum().backward()\n"
-        "assert 'offload_compiler' in sys.modules\n"
-        "print('ok')\n"
-    )
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         cwd="/", env=env, timeout=300)
-    assert out.returncode == 0, out.stderr[-2000:]
-    assert "ok" in out.stdout
+        "assert 'offload_compiler' in sys.modules\n")
 
 
 def test_torch_compile_imports_inductors_compiler_before_the_first_step():
@@ -57,21 +61,10 @@ def test_torch_compile_imports_inductors_compiler_before_the_first_step():
     ``backend="offload"`` (found through the entry point) it is imported by then too,
     so the first step does not pay for it (1.6 to 3.1 s on an H100 host,
     ``benchmarks/RESULTS.md``, session 22)."""
-    from importlib.metadata import entry_points
-
-    if "offload" not in entry_points(group="torch_dynamo_backends").names:
-        pytest.skip("package not installed (pip install -e .): entry point not visible")
-    code = (
+    _run_installed(
         "import sys, torch\n"
         "torch.compile(torch.nn.Linear(4, 4), backend='offload')\n"
-        "assert 'torch._inductor.compile_fx' in sys.modules\n"
-        "print('ok')\n"
-    )
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         cwd="/", env=env, timeout=300)
-    assert out.returncode == 0, out.stderr[-2000:]
-    assert "ok" in out.stdout
+        "assert 'torch._inductor.compile_fx' in sys.modules\n")
 
 
 def test_no_grad_inference_has_no_transfers_and_no_host_allocation():
