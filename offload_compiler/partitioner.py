@@ -125,31 +125,23 @@ class OffloadPartitioner(CustomPartitionerFn):
         # Min-cut and each pass regenerate the code of the graphs they change; it is
         # read only by Inductor's compile, after this call (code_once).
         with code_once():
-            fw_gm, bw_gm, plan = self._plan_and_rewrite(gm, joint_inputs, kwargs, num_fwd_outputs,
-                                                         joint_hash, graph_id, analyze, dumper)
-        self._report(plan, dumper)
-        return fw_gm, bw_gm
-
-    def _plan_and_rewrite(self, gm, joint_inputs, kwargs, num_fwd_outputs: int, joint_hash: str,
-                          graph_id: int, analyze, dumper: Dumper):
-        fw_gm, bw_gm = _partition(gm, joint_inputs, kwargs)
-        start = Partition(fw_gm, bw_gm, analyze(fw_gm, bw_gm))
-        planned = self._replay(gm, start, num_fwd_outputs, joint_hash, graph_id, analyze, dumper)
-        if planned is None:
-            dumper.stage("partitioned", fw_gm, bw_gm)
-            planned = plan_graph(gm, start, num_fwd_outputs, self.config, graph_id, analyze,
-                                 self.corrections, self.search)
-            if planned.recomputed:
-                dumper.stage("recomputed", planned.fw_gm, planned.bw_gm)
-            fresh = True
-        else:
-            fresh = False
-        schedule = _names(planned.release_after), _names(planned.issue_before)
-        fw_gm, bw_gm, plan = self._rewrite(planned, num_fwd_outputs, dumper)
+            fw_gm, bw_gm = _partition(gm, joint_inputs, kwargs)
+            start = Partition(fw_gm, bw_gm, analyze(fw_gm, bw_gm))
+            planned = self._replay(gm, start, num_fwd_outputs, joint_hash, graph_id, analyze, dumper)
+            fresh = planned is None
+            if fresh:
+                dumper.stage("partitioned", fw_gm, bw_gm)
+                planned = plan_graph(gm, start, num_fwd_outputs, self.config, graph_id, analyze,
+                                     self.corrections, self.search)
+                if planned.recomputed:
+                    dumper.stage("recomputed", planned.fw_gm, planned.bw_gm)
+            schedule = _names(planned.release_after), _names(planned.issue_before)
+            fw_gm, bw_gm, plan = self._rewrite(planned, num_fwd_outputs, dumper)
         if fresh and self.cache_key:
             cache.store(self.cache_key, cache.CachedPlan(
                 joint_hash, planned.recompute_chains, plan, *schedule, dumper.graph_files))
-        return fw_gm, bw_gm, plan
+        self._report(plan, dumper)
+        return fw_gm, bw_gm
 
     def _replay(self, gm, start: Partition, num_fwd_outputs: int, joint_hash: str, graph_id: int,
                 analyze, dumper) -> PlannedGraph | None:

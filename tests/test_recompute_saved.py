@@ -159,6 +159,7 @@ def test_saved_views_of_a_recomputed_projection_are_found():
     """Query, key and value are views of one projection: recomputing the query's chain
     (the projection included), the key and value saved would hold the projection's
     memory, so ``saved_views`` names them, each with its view ops."""
+    from offload_compiler.planning.search import _view_reason
     from passes.nodes import view_root
     from passes.recompute_saved import saved_views
 
@@ -178,4 +179,7 @@ def test_saved_views_of_a_recomputed_projection_are_found():
     assert sorted(found) == others
     for name in others:
         assert found[name][0] == name and all(nodes[c].op == "call_function" for c in found[name])
+        # the planner's reason names the value viewed, the root the chain recomputes
+        root = view_root(nodes[name]).name
+        assert f"a view of {root}, which is recomputed" in _view_reason(nodes, found[name])
     assert saved_views(joint, fw, n, {}) == {}

@@ -250,9 +250,10 @@ def _realise(joint_gm, num_fwd_outputs: int, config: OffloadConfig, start: Parti
             if views:  # recomputed with what they view, or they would keep its memory
                 chains.update(views)
                 recompute += list(views)
+                joint = {n.name: n for n in joint_gm.graph.nodes}
                 solution = dataclasses.replace(
                     solution, decisions={**solution.decisions, **{n: RECOMPUTE for n in views}},
-                    reasons={**solution.reasons, **{n: _view_reason(joint_gm, chain) for n, chain in
+                    reasons={**solution.reasons, **{n: _view_reason(joint, chain) for n, chain in
                                                     views.items()}})
             realised, left_out = reuse.partition(chains)
             if left_out:  # they stay saved (not expected: gathering the facts vetted each chain)
@@ -278,11 +279,10 @@ def _realise(joint_gm, num_fwd_outputs: int, config: OffloadConfig, start: Parti
     return _Realised(fw_gm, bw_gm, candidates, facts, solution, final, recomputed, earlier, dict(chains))
 
 
-def _view_reason(joint_gm: fx.GraphModule, chain: list[str]) -> str:
+def _view_reason(joint: dict[str, fx.Node], chain: list[str]) -> str:
     """Why a saved view (``chain``: its view ops, the last reading the value viewed) is
-    recomputed."""
-    last = next(n for n in joint_gm.graph.nodes if n.name == chain[-1])
-    base = last.args[0].name
+    recomputed; ``joint``: the joint graph's nodes by name."""
+    base = joint[chain[-1]].args[0].name
     return (f"{RECOMPUTE.value}: a view of {base}, which is recomputed: saved, it would hold "
             f"{base}'s memory")
 
