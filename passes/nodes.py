@@ -382,17 +382,21 @@ def materialization_points(graph: fx.Graph) -> dict[fx.Node, int]:
     would fuse, or a saved value only written out at the end of the graph) would be
     written there instead, which splits fusions: more kernels, more memory traffic.
     """
-    found: dict[fx.Node, int] = {}
-    for i, node in enumerate(graph.nodes):
-        if node.op != "call_function":
-            continue
-        extern = is_extern(node)
-        if extern or is_transfer(node):
-            for n in node.all_input_nodes:
-                found.setdefault(n, i)
-        if extern:
-            found.setdefault(node, i)
-            for u in node.users:
-                if u.target is operator.getitem:
-                    found.setdefault(u, i)
-    return {n: i for n, i in found.items() if is_tensor_op(n)}
+    pos = {n: i for i, n in enumerate(graph.nodes)}
+    return {n: at for n in pos if (at := materialized_at(n, pos)) is not None}
+
+
+def materialized_at(node: fx.Node, pos: Mapping[fx.Node, int]) -> int | None:
+    """:func:`materialization_points` for one node, from its neighbours alone: the
+    position (in ``pos``, every node of its graph in order) of the node that makes
+    Inductor write ``node`` to memory, or ``None`` where none does. The placement of
+    each transfer asks it of a few nodes, on a graph that changed since the last."""
+    if not is_tensor_op(node):
+        return None
+    at = [pos[u] for u in node.users
+          if u.op == "call_function" and (is_extern(u) or is_transfer(u))]
+    if is_extern(node):
+        at.append(pos[node])
+    if node.target is operator.getitem:  # of an extern kernel's results
+        at += [pos[p] for p in node.all_input_nodes if is_extern(p)]
+    return min(at, default=None)

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import torch.fx as fx
 
-from .nodes import is_extern, is_tensor_op, is_transfer, is_view_or_getitem, materialization_points, view_root
+from .nodes import is_extern, is_tensor_op, is_transfer, is_view_or_getitem, materialized_at, view_root
 
 
 def anchor_before(node: fx.Node) -> fx.Node | None:
@@ -28,13 +28,12 @@ def anchor_before(node: fx.Node) -> fx.Node | None:
     issued a little earlier than asked), else the nearest computed tensor (``None``
     only when nothing is computed before ``node``: the op belongs at the top).
     """
-    done = materialization_points(node.graph)
-    nodes = list(node.graph.nodes)
-    at = nodes.index(node)
+    nodes, pos = _order(node.graph)
+    at = pos[node]
     nearest = None
     for cur in reversed(nodes[: at + 1]):
         if is_tensor_op(cur):
-            if done.get(cur, at + 1) <= at:
+            if _done_by(cur, pos, at):
                 return cur
             nearest = nearest or cur
     return nearest
@@ -53,9 +52,8 @@ def anchor_feeding(node: fx.Node) -> fx.Node | None:
     nearest tensor, related or not: on HF Llama a reload anchored on a weight
     gradient's matmul, which Inductor ran after the next layer norm's kernel, started
     after the compute that was to hide it)."""
-    done = materialization_points(node.graph)
-    nodes = list(node.graph.nodes)
-    at = nodes.index(node)
+    nodes, pos = _order(node.graph)
+    at = pos[node]
     feeds, todo = set(), list(node.all_input_nodes)
     while todo:
         cur = todo.pop()
@@ -64,7 +62,7 @@ def anchor_feeding(node: fx.Node) -> fx.Node | None:
             todo.extend(cur.all_input_nodes)
     for cur in reversed(nodes[:at]):
         # A view of a graph input is written by no kernel: nothing orders an op on it.
-        if (cur in feeds and is_tensor_op(cur) and done.get(cur, at + 1) <= at
+        if (cur in feeds and is_tensor_op(cur) and _done_by(cur, pos, at)
                 and view_root(cur).op != "placeholder"):
             return cur
     return None
@@ -80,17 +78,28 @@ def release_point(node: fx.Node, floor: fx.Node) -> tuple[fx.Node, fx.Node | Non
     holds memory a little longer and never stalls compute); else the nearest computed
     tensor after ``floor``, or ``None``.
     """
-    done = materialization_points(node.graph)
-    nodes = list(node.graph.nodes)
-    at, low = nodes.index(node), nodes.index(floor)
+    nodes, pos = _order(node.graph)
+    at, low = pos[node], pos[floor]
     window = nodes[low + 1 : at + 1]
     for cur in reversed(window):
-        if done.get(cur, at + 1) <= at:
+        if _done_by(cur, pos, at):
             return node, cur
     for i, cur in enumerate(nodes[at + 1 :], start=at + 1):
-        if done.get(cur, i + 1) <= i:  # an extern result (or one of its getitems)
+        if _done_by(cur, pos, i):  # an extern result (or one of its getitems)
             return cur, cur
     return node, next((n for n in reversed(window) if is_tensor_op(n)), None)
+
+
+def _order(graph: fx.Graph) -> tuple[list[fx.Node], dict[fx.Node, int]]:
+    """The nodes of ``graph`` in order, and each one's position."""
+    nodes = list(graph.nodes)
+    return nodes, {n: i for i, n in enumerate(nodes)}
+
+
+def _done_by(node: fx.Node, pos: dict[fx.Node, int], at: int) -> bool:
+    """``node`` is written to memory by position ``at``, whatever we do."""
+    done = materialized_at(node, pos)
+    return done is not None and done <= at
 
 
 def copy_point(x: fx.Node) -> fx.Node:
