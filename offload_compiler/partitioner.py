@@ -39,7 +39,7 @@ from .planning import cache
 from .planning.budget import warn_if_missed
 from .planning.decide import offloads_of
 from .planning.replan import Corrections
-from .planning.reuse import code_once
+from .planning.reuse import lazy_modules
 from .planning.search import progress, replay
 from .reporting import tables, timeline
 from .reporting.dump import Dumper, dump_root
@@ -122,9 +122,9 @@ class OffloadPartitioner(CustomPartitionerFn):
             return self._analyze(fw, bw, num_fwd_outputs)
 
         joint_hash = cache.joint_hash(gm) if self.cache_key else ""
-        # Min-cut and each pass regenerate the code of the graphs they change; it is
-        # read only by Inductor's compile, after this call (code_once).
-        with code_once():
+        # Min-cut and each pass ask the graphs they change for new code; Inductor reads
+        # it once, after this call (lazy_modules).
+        with lazy_modules():
             fw_gm, bw_gm = _partition(gm, joint_inputs, kwargs)
             start = Partition(fw_gm, bw_gm, analyze(fw_gm, bw_gm))
             planned = self._replay(gm, start, num_fwd_outputs, joint_hash, graph_id, analyze, dumper)

@@ -35,6 +35,7 @@ import dataclasses
 import torch
 import torch.fx as fx
 from torch._functorch._aot_autograd.utils import _is_primal
+from torch.fx._lazy_graph_module import _make_graph_module
 
 from .nodes import is_random, is_view_node
 
@@ -96,7 +97,9 @@ def recompute_saved(
     _set_outputs(fw_out, outputs, sources, num_fwd_outputs)
     fw_graph.eliminate_dead_code()
     _merge_copies(bw_graph, set(env.values()))
-    new_fw, new_bw = fx.GraphModule(fw_gm, fw_graph), fx.GraphModule(bw_gm, bw_graph)
+    # Lazy modules where torch's flag is on, as min-cut's: their code is generated
+    # when first read.
+    new_fw, new_bw = _make_graph_module(fw_gm, fw_graph), _make_graph_module(bw_gm, bw_graph)
     new_fw.meta.update(fw_gm.meta)
     new_bw.meta.update(bw_gm.meta)
     return new_fw, new_bw

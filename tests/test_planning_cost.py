@@ -272,18 +272,17 @@ def test_a_realised_partition_is_reused_for_the_same_recomputations(monkeypatch)
     assert reuse.memo(first.facts) is not reuse.memo(other.facts)
 
 
-def test_realised_partitions_generate_no_code_but_the_plan_takes_its_partition_with_code(monkeypatch):
-    """Realised partitions leave their modules' Python code ungenerated (``"auto"``'s
-    probes realise several, and one is taken); the partition the plan takes gets it
-    from its final graph, once the rewrite is done (``code_once``). The plan, its
-    rewritten graphs' code and the gradients are those of a compile that generates the
-    code every time, with fewer code generations."""
-    import contextlib
-
+def test_the_partitioner_generates_no_code_and_its_modules_have_their_graphs_code(monkeypatch):
+    """The partitions ``"auto"``'s probes realise (one is taken) and the offload
+    passes, each changing graphs, generate no Python code: their modules are lazy
+    (``planning/reuse.py: lazy_modules``); what code the partitioner generates, min-cut
+    generates (torch's own, as under Inductor). The modules the partitioner hands
+    Inductor have the code of their final graph when it is read. The plan, its graphs'
+    code and the gradients are those of a compile with Dynamo's
+    ``use_lazy_graph_module`` off, where every change generates the code."""
     import torch
 
     from helpers import backend, loopback
-    from offload_compiler.planning import reuse
 
     from offload_compiler import partitioner
 
@@ -291,21 +290,31 @@ def test_realised_partitions_generate_no_code_but_the_plan_takes_its_partition_w
     python_code = torch.fx.Graph.python_code
     monkeypatch.setattr(torch.fx.Graph, "python_code",
                         lambda self, *a, **k: generated.append(1) or python_code(self, *a, **k))
-    stale = []
+    inside, in_min_cut, stale = [], [], []
     partition_and_plan = partitioner.OffloadPartitioner._partition_and_plan
+    min_cut = partitioner._partition
+
+    def counted(*args):
+        before = len(generated)
+        out = min_cut(*args)
+        in_min_cut.append(len(generated) - before)
+        return out
 
     def checked(self, *args, **kwargs):
-        """The modules the partitioner hands Inductor have the code of their graph."""
+        before = len(generated)
         fw_gm, bw_gm = partition_and_plan(self, *args, **kwargs)
+        inside.append(len(generated) - before - sum(in_min_cut))
         for gm in (fw_gm, bw_gm):
-            stale.append(getattr(gm, "code", None) != python_code(gm.graph, "self").src)
+            stale.append(gm.code != python_code(gm.graph, "self").src)
         return fw_gm, bw_gm
 
     monkeypatch.setattr(partitioner.OffloadPartitioner, "_partition_and_plan", checked)
+    monkeypatch.setattr(partitioner, "_partition", counted)
 
     def plan(budget):
         torch._dynamo.reset()
-        generated.clear()
+        inside.clear()
+        in_min_cut.clear()
         stale.clear()
         model, inputs = _small_gpt()
         b = backend(**loopback(policy="cost_model", inner_compiler="eager", memory_budget=budget,
@@ -314,105 +323,16 @@ def test_realised_partitions_generate_no_code_but_the_plan_takes_its_partition_w
         (p,) = b.plans
         grads = [q.grad.clone() for q in model.parameters()]
         return ([(d.name, d.decision) for d in p.decisions], p.predicted, p.fw_graph.code,
-                p.bw_graph.code, p.recomputed), grads, len(generated)
+                p.bw_graph.code, p.recomputed), grads, list(inside)
 
     for budget in ("auto", 0.2):
-        deferred, grads, fewer = plan(budget)
-        assert deferred[-1]  # the plan took a realised partition
-        with monkeypatch.context() as m:
-            m.setattr(reuse, "_code_deferred", lambda _: contextlib.nullcontext())
-            eager, eager_grads, more = plan(budget)
-        assert deferred == eager and stale and not any(stale)
+        lazy, grads, generated_lazy = plan(budget)
+        assert lazy[-1]  # the plan took a realised partition
+        assert stale and not any(stale)
+        with torch._dynamo.config.patch(use_lazy_graph_module=False):
+            eager, eager_grads, generated_eager = plan(budget)
+        assert lazy == eager and not any(stale)
         assert all(torch.equal(a, b) for a, b in zip(grads, eager_grads))
-        assert fewer < more if budget == "auto" else fewer <= more  # "auto": partitions not taken
+        assert generated_lazy == [0] and generated_eager[0] > 0
 
 
-def test_code_deferral_is_scoped_to_its_thread_and_restored():
-    """Inside the scope a module's recompile is recorded, not run (its code stays what
-    it was); a lazy module, or another thread, generates as usual; on exit
-    ``GraphModule.recompile`` is torch's again, and generating the recorded module's
-    code gives the code of its graph."""
-    import threading
-
-    import torch
-    import torch.fx as fx
-    from torch.fx._lazy_graph_module import _LazyGraphModule
-
-    from offload_compiler.planning import reuse
-
-    def f(x):
-        return torch.sin(x)
-
-    def to_cos(gm: fx.GraphModule) -> None:
-        (sin,) = gm.graph.find_nodes(op="call_function", target=torch.sin)
-        sin.target = torch.cos
-
-    gm, other = fx.symbolic_trace(f), fx.symbolic_trace(f)
-    lazy = _LazyGraphModule(gm, fx.symbolic_trace(f).graph)
-    before = gm.code
-    torch_recompile = fx.GraphModule.recompile
-    deferred = []
-    with reuse._code_deferred(deferred):
-        for module in (gm, other, lazy):
-            to_cos(module)
-        gm.recompile()
-        assert gm.code == before
-        lazy.recompile()
-        thread = threading.Thread(target=other.recompile)
-        thread.start()
-        thread.join()
-        assert "cos" in other.code
-    assert "cos" in lazy.code
-    assert deferred == [gm]
-    assert fx.GraphModule.recompile is torch_recompile
-    gm.recompile()
-    assert "cos" in gm.code and torch.equal(gm(torch.ones(2)), torch.ones(2).cos())
-
-
-def test_code_once_generates_each_module_once_at_its_end_and_nests(monkeypatch):
-    """In a ``code_once`` scope, a module recompiled several times (by passes, or by an
-    inner deferral that generates its modules later) has its code generated once, when
-    the outermost scope ends, from its final graph; a module recorded by the inner
-    deferral and never generated stays without new code."""
-    import torch
-    import torch.fx as fx
-
-    from offload_compiler.planning import reuse
-
-    generated = []
-    torch_recompile = fx.GraphModule.recompile
-
-    def counting(gm):
-        generated.append(gm)
-        return torch_recompile(gm)
-
-    monkeypatch.setattr(fx.GraphModule, "recompile", counting)
-
-    def f(x):
-        return torch.sin(x)
-
-    def retarget(gm: fx.GraphModule, old, new) -> None:
-        (node,) = gm.graph.find_nodes(op="call_function", target=old)
-        node.target = new
-
-    a, b, unused = fx.symbolic_trace(f), fx.symbolic_trace(f), fx.symbolic_trace(f)
-    generated.clear()  # tracing generated their first code
-    with reuse.code_once():
-        retarget(a, torch.sin, torch.cos)
-        a.recompile()
-        retarget(a, torch.cos, torch.tanh)
-        a.recompile()
-        inner = []
-        with reuse._code_deferred(inner):
-            retarget(b, torch.sin, torch.exp)
-            b.recompile()
-            retarget(unused, torch.sin, torch.exp)
-            unused.recompile()
-        assert generated == [] and inner == [b, unused]
-        b.recompile()  # what Reuse.generate_code does for the partition a plan takes
-        assert generated == [] and "sin" in a.code
-    assert generated == [a, b]
-    assert fx.GraphModule.recompile is counting
-    assert torch.equal(a(torch.ones(2)), torch.ones(2).tanh())
-    assert torch.equal(b(torch.ones(2)), torch.ones(2).exp())
-    assert "sin" in unused.code

@@ -5,13 +5,13 @@ no plan, only the time it takes. The loop that uses it is :mod:`.search`."""
 
 from __future__ import annotations
 
-import contextlib
-import threading
 from dataclasses import dataclass
 from typing import Callable
 
 import torch.fx as fx
-from torch.fx._lazy_graph_module import _LazyGraphModule
+
+import torch._dynamo.config as dynamo_config
+from torch.fx._lazy_graph_module import _use_lazy_graph_module
 
 from passes import Candidate
 from passes.recompute_saved import NotRecomputable, recompute_saved
@@ -58,10 +58,9 @@ class Reuse:
     (every probe solves the default partition first). Each is a pure function of its
     key, so reuse changes no plan, only the time it takes.
 
-    A realised partition's modules are built without their Python code
-    (:func:`_code_deferred`): the code of a partition no plan takes is never read.
-    :meth:`generate_code` generates it for the partition the plan takes, from its final
-    graph."""
+    A realised partition's modules generate their Python code when it is first read
+    (lazy modules, as min-cut's under ``torch.compile``, :func:`lazy_modules`): the code
+    of a partition no plan takes is never generated."""
 
     def __init__(self, joint_gm: fx.GraphModule, start: Partition, num_fwd_outputs: int,
                  analyze: Analyze,
@@ -73,7 +72,6 @@ class Reuse:
         self._gather = gather_facts
         self._partitions: dict[frozenset, tuple[Partition, dict[str, str]]] = {}
         self._memos: dict[int, tuple[Facts, SimMemo]] = {}
-        self._no_code: list[fx.GraphModule] = []  # realised modules without their code
         self.partitions_reused = 0
 
     def partition(self, chains: dict[str, list[str]]) -> tuple[Partition, dict[str, str]]:
@@ -82,25 +80,14 @@ class Reuse:
         key = frozenset(chains)
         known = self._partitions.get(key)
         if known is None:
-            deferred: list[fx.GraphModule] = []
-            with _code_deferred(deferred):
-                part, left_out = realise(self.joint_gm, self.start, self.num_fwd_outputs, chains,
-                                         self._analyze)
-            self._no_code.extend(_unique(deferred))
+            part, left_out = realise(self.joint_gm, self.start, self.num_fwd_outputs, chains,
+                                     self._analyze)
             if part is not self.start:
                 part.facts = self._gather(part.fw_gm, part.bw_gm, part.candidates)
             known = self._partitions[key] = (part, left_out)
         else:
             self.partitions_reused += 1
         return known
-
-    def generate_code(self, *gms: fx.GraphModule) -> None:
-        """Generate the code of those of ``gms`` built without it (``recompile``: in a
-        :func:`code_once` scope, at its end)."""
-        for gm in gms:
-            if any(gm is x for x in self._no_code):
-                gm.recompile()
-                self._no_code = [x for x in self._no_code if x is not gm]
 
     def memo(self, facts: Facts) -> SimMemo:
         """The solver's simulations on ``facts``, kept across solves."""
@@ -110,48 +97,11 @@ class Reuse:
         return known[1]
 
 
-@contextlib.contextmanager
-def _code_deferred(deferred: list[fx.GraphModule]):
-    """For its scope, in this thread, ``GraphModule.recompile`` (which generates a
-    module's Python code from its graph) records the module in ``deferred`` instead;
-    the caller has each module's code generated (``recompile`` once the scope is left)
-    before it is read. Lazy modules and other threads are left alone. Scopes nest; the
-    ``recompile`` found on entry is put back on exit."""
-    thread = threading.get_ident()
-    previous = fx.GraphModule.recompile
-
-    def recompile(gm: fx.GraphModule):
-        if isinstance(gm, _LazyGraphModule) or threading.get_ident() != thread:
-            return previous(gm)
-        deferred.append(gm)
-        return None
-
-    fx.GraphModule.recompile = recompile
-    try:
-        yield
-    finally:
-        fx.GraphModule.recompile = previous
-
-
-@contextlib.contextmanager
-def code_once():
-    """A scope in which each module whose graph changes has its Python code generated
-    once, when the scope is left, however often passes inside ``recompile`` it. For
-    graph rewrites that read no module's code nor run one: min-cut and the offload
-    passes each generate the code of the graphs they change, and regenerating a large
-    graph's code takes a tenth of a second (HF Llama)."""
-    deferred: list[fx.GraphModule] = []
-    try:
-        with _code_deferred(deferred):
-            yield
-    finally:
-        for gm in _unique(deferred):
-            gm.recompile()
-
-
-def _unique(gms: list[fx.GraphModule]) -> list[fx.GraphModule]:
-    out: list[fx.GraphModule] = []
-    for gm in gms:
-        if not any(gm is x for x in out):
-            out.append(gm)
-    return out
+def lazy_modules():
+    """A scope in which the graph modules min-cut and the offload passes make generate
+    their Python code when it is first read (``torch.fx``'s lazy modules), not each
+    time their graph changes: regenerating a large graph's code takes a tenth of a
+    second (HF Llama), and Inductor reads it once, for its cache key. What
+    ``torch.compile`` and Inductor do, with Dynamo's ``use_lazy_graph_module`` (off:
+    each change generates the code)."""
+    return _use_lazy_graph_module(dynamo_config.use_lazy_graph_module)

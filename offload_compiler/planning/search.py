@@ -200,7 +200,6 @@ def _plan_cost_model(joint_gm, start: Partition, num_fwd_outputs: int, config: O
     issue_before = {name: best.facts.bw_nodes[k] for name, k in final.reload_before.items()}
     if final.next_call_before is not None:  # per_block: where the next call's reloads go
         issue_before[NEXT_CALL] = best.facts.bw_nodes[final.next_call_before]
-    reuse.generate_code(best.fw_gm, best.bw_gm)
     return PlannedGraph(best.fw_gm, best.bw_gm, plan, release_after, issue_before,
                         recomputed=bool(best.chains), recompute_chains=best.chains)
 
