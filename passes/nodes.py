@@ -9,14 +9,9 @@
   :func:`op_argument`), whether it is an extern kernel of its own (:func:`is_extern`),
   a fused attention and its direction (:func:`attention_direction`), a transfer op of
   this project (:func:`is_transfer`), random (:func:`is_random`).
-- Materialization, in two senses that answer two questions:
-  :func:`is_materialized` (*whether* Inductor likely writes a value to memory at all:
-  the cost model and liveness ask this) and :func:`materialization_points` (*where* in
-  the graph a value is written whatever the passes do: the node that forces it; the
-  placement of transfers asks this, since an anchor must already be in memory there).
-
 Where a node came from, in the user's terms (its module and source line), is
-:mod:`passes.provenance`.
+:mod:`passes.provenance`; whether and where Inductor writes a value to memory,
+:mod:`passes.materialization`.
 
 Transfer ops are recognised by their namespace, ``torch.ops.offload`` (registered by
 ``offload_compiler.runtime``), so this module needs nothing from ``offload_compiler``.
@@ -325,24 +320,6 @@ def is_free(node: fx.Node) -> bool:
     return node.op != "call_function" or is_transfer(node) or is_view_or_getitem(node)
 
 
-def is_materialized(node: fx.Node) -> bool:
-    """Whether Inductor likely writes ``node`` to memory: a graph input, an extern
-    kernel's result, or a value an extern kernel or the graph output reads."""
-    if node.op == "placeholder" or is_extern(node):
-        return True
-    todo, seen = list(node.users), set()
-    while todo:  # look through views and getitems
-        u = todo.pop()
-        if u in seen:
-            continue
-        seen.add(u)
-        if u.op == "output" or is_extern(u):
-            return True
-        if is_free(u):
-            todo.extend(u.users)
-    return False
-
-
 def aliases(node: fx.Node) -> list[fx.Node]:
     """``node`` and what reads its storage: its views and ``getitem``s, recursively."""
     out, todo = [], [node]
@@ -368,35 +345,3 @@ def is_tensor_op(node: fx.Node) -> bool:
     return (node.op == "call_function" and transfer_meta(node) is None
             and not is_transfer(node)
             and isinstance(node.meta.get("val"), torch.Tensor))
-
-
-def materialization_points(graph: fx.Graph) -> dict[fx.Node, int]:
-    """When Inductor writes a computed tensor to memory whatever we do: for each such
-    tensor, the position (index in graph order) of the node that makes it so. That is
-    the tensor's own node for the result of an extern kernel (matmul, attention,
-    convolution; also their ``getitem``s), and the first extern kernel or transfer op
-    that reads it otherwise.
-
-    An anchor is an extra input of an extern op, so Inductor materializes it where the
-    op is lowered. A tensor not materialized by then (a pointwise result its consumers
-    would fuse, or a saved value only written out at the end of the graph) would be
-    written there instead, which splits fusions: more kernels, more memory traffic.
-    """
-    pos = {n: i for i, n in enumerate(graph.nodes)}
-    return {n: at for n in pos if (at := materialized_at(n, pos)) is not None}
-
-
-def materialized_at(node: fx.Node, pos: Mapping[fx.Node, int]) -> int | None:
-    """:func:`materialization_points` for one node, from its neighbours alone: the
-    position (in ``pos``, every node of its graph in order) of the node that makes
-    Inductor write ``node`` to memory, or ``None`` where none does. The placement of
-    each transfer asks it of a few nodes, on a graph that changed since the last."""
-    if not is_tensor_op(node):
-        return None
-    at = [pos[u] for u in node.users
-          if u.op == "call_function" and (is_extern(u) or is_transfer(u))]
-    if is_extern(node):
-        at.append(pos[node])
-    if node.target is operator.getitem:  # of an extern kernel's results
-        at += [pos[p] for p in node.all_input_nodes if is_extern(p)]
-    return min(at, default=None)

@@ -3,7 +3,7 @@
 Shared by the passes that insert and move transfers (``insert_transfers``,
 ``schedule_releases``, ``schedule_prefetches``):
 
-- :func:`~passes.nodes.materialization_points`: when Inductor writes a tensor to memory whatever we do;
+- :func:`~passes.materialization.materialization_points`: when Inductor writes a tensor to memory whatever we do;
   anchors are chosen among those tensors (:func:`anchor_before`, :func:`anchor_feeding`,
   :func:`release_point`);
 - kernel boundaries: a copy goes before the next extern kernel (:func:`copy_point`),
@@ -19,12 +19,13 @@ from __future__ import annotations
 
 import torch.fx as fx
 
-from .nodes import is_extern, is_tensor_op, is_transfer, is_view_or_getitem, materialized_at, view_root
+from .materialization import materialized_at
+from .nodes import is_extern, is_tensor_op, is_transfer, is_view_or_getitem, view_root
 
 
 def anchor_before(node: fx.Node) -> fx.Node | None:
     """The anchor of an op that should run right after ``node``: the nearest tensor
-    at or before ``node`` already :func:`~passes.nodes.materialization_points` by then (the op may then be
+    at or before ``node`` already :func:`~passes.materialization.materialization_points` by then (the op may then be
     issued a little earlier than asked), else the nearest computed tensor (``None``
     only when nothing is computed before ``node``: the op belongs at the top).
     """
@@ -42,7 +43,7 @@ def anchor_before(node: fx.Node) -> fx.Node | None:
 def anchor_feeding(node: fx.Node) -> fx.Node | None:
     """The anchor of an op that should run right before ``node``, chosen among what
     ``node`` is computed from: the nearest tensor before ``node`` that ``node`` depends on
-    and that is :func:`~passes.nodes.materialization_points` by then, or by ``node``
+    and that is :func:`~passes.materialization.materialization_points` by then, or by ``node``
     itself where it is an extern kernel reading it (``None`` if there is none).
 
     Inductor may run a kernel later than its place in the graph, after kernels
@@ -73,7 +74,7 @@ def release_point(node: fx.Node, floor: fx.Node) -> tuple[fx.Node, fx.Node | Non
     ``floor``: the release goes right after ``after``, anchored on ``anchor``.
 
     The anchor is the nearest tensor after ``floor`` and at or before ``node`` that is
-    already :func:`~passes.nodes.materialization_points` there (the release stays after ``node``); else the
+    already :func:`~passes.materialization.materialization_points` there (the release stays after ``node``); else the
     first extern result after ``node`` (the release moves there: a little later, which
     holds memory a little longer and never stalls compute); else the nearest computed
     tensor after ``floor``, or ``None``.

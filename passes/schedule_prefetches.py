@@ -9,7 +9,7 @@ just before the node the simulation chose.
 The node a reload is placed after becomes its ``anchor`` argument: without that data
 dependency Inductor hoists an op whose inputs are all graph inputs to the top of the
 graph, and every reload would be issued at once. Anchors are tensors Inductor writes
-to memory anyway (:func:`~passes.nodes.materialization_points`: a matmul's result, a
+to memory anyway (:func:`~passes.materialization.materialization_points`: a matmul's result, a
 matmul's input); for a reload the planner placed, the nearest one its target is
 computed from (:func:`~passes.placement.anchor_feeding`: Inductor runs it before the
 target whatever order it picks), else the nearest one at or before the intended point,
@@ -30,7 +30,8 @@ from __future__ import annotations
 
 import torch.fx as fx
 
-from .nodes import is_tensor_op, is_view_or_getitem, materialization_points, transfer_op
+from .materialization import materialization_points
+from .nodes import is_tensor_op, is_view_or_getitem, transfer_op
 from .placement import anchor_before, anchor_feeding
 from .transfer_meta import transfer_meta, transfer_nodes
 

@@ -24,8 +24,9 @@ import torch
 import torch.fx as fx
 from torch.utils.flop_counter import flop_registry, sdpa_backward_flop_count, sdpa_flop_count
 
+from passes.materialization import is_materialized
 from passes.nodes import (CPU_ATTENTION_OPS, attention_direction, called_op, is_extern, is_free,
-                          is_materialized, node_values, op_argument, size_hint, tensor_bytes)
+                          node_values, op_argument, size_hint, tensor_bytes)
 
 from .hardware import HardwareProfile, causal_fraction, time_ms
 

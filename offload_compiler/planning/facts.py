@@ -22,7 +22,8 @@ from torch.utils.checkpoint import CheckpointPolicy
 
 from passes import Candidate
 from passes.analyze_candidates import saved_values
-from passes.nodes import aliases, is_extern, is_materialized, is_random, tensor_bytes, view_root
+from passes.materialization import graphs_fixed, is_materialized
+from passes.nodes import aliases, is_extern, is_random, tensor_bytes, view_root
 from passes.recompute_saved import receivable_input
 
 from .costs import NodeCosts, recompute_free_reads, chain_ms, fused_backward_reads
@@ -103,6 +104,13 @@ def gather(fw_gm: fx.GraphModule, bw_gm: fx.GraphModule, num_fwd_outputs: int,
            cost: NodeCosts, min_bytes: int = 0) -> Facts:
     """Facts about ``fw_gm``/``bw_gm`` for the simulator; ``cost`` gives node run times.
     Tensors under ``min_bytes`` are not recomputed (``OffloadConfig.min_offload_bytes``)."""
+    with graphs_fixed():  # nothing here changes a graph
+        return _gather(fw_gm, bw_gm, num_fwd_outputs, candidates, joint_gm, cost, min_bytes)
+
+
+def _gather(fw_gm: fx.GraphModule, bw_gm: fx.GraphModule, num_fwd_outputs: int,
+            candidates: list[Candidate], joint_gm: fx.GraphModule | None,
+            cost: NodeCosts, min_bytes: int) -> Facts:
     fw_nodes = [n for n in fw_gm.graph.nodes if n.op == "call_function"]
     bw_nodes = [n for n in bw_gm.graph.nodes if n.op == "call_function"]
     fw_live = Liveness(fw_nodes)

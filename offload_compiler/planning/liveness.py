@@ -27,8 +27,9 @@ from __future__ import annotations
 import torch
 import torch.fx as fx
 
-from passes.nodes import (aliases, attention_direction, dtype_of, is_extern, is_materialized,
-                          is_view_or_getitem, numel_hint, op_argument, tensor_bytes)
+from passes.materialization import is_materialized
+from passes.nodes import (aliases, attention_direction, dtype_of, is_extern, is_view_or_getitem,
+                          numel_hint, op_argument, tensor_bytes)
 from passes.keep_matmuls_early import addmm_target
 
 from .simulator import Transient
