@@ -1,10 +1,11 @@
 """Throwaway: do transfer ops make the host's other launches slower? The GPU is held by
 a sleep kernel so the host never waits; per variant, N small kernels are launched with a
 transfer-related action every M kernels; host time outside the actions, per kernel."""
-import statistics, sys, time
+import importlib, statistics, sys, time
 import torch
 sys.path.insert(0, ".")  # run from the repository root
-from offload_compiler.runtime import ops, streams  # registers torch.ops.offload
+from offload_compiler.runtime import streams
+importlib.import_module("offload_compiler.runtime.ops")  # registers torch.ops.offload
 
 dev = torch.device("cuda")
 N, M = 400, 5
