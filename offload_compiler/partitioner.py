@@ -39,7 +39,7 @@ from .planning import cache
 from .planning.budget import warn_if_missed
 from .planning.decide import offloads_of
 from .planning.replan import Corrections
-from .planning.reuse import lazy_modules
+from .planning.reuse import as_lazy, lazy_modules
 from .planning.search import progress, replay
 from .reporting import tables, timeline
 from .reporting.dump import Dumper, dump_root
@@ -260,6 +260,7 @@ def _partition(joint_gm: fx.GraphModule, joint_inputs, kwargs) -> tuple[fx.Graph
     """Min-cut's partition, with backward's matmuls kept where they are
     (``passes.keep_matmuls_early``)."""
     fw_gm, bw_gm = min_cut_rematerialization_partition(joint_gm, joint_inputs, **kwargs)
+    fw_gm, bw_gm = as_lazy(fw_gm), as_lazy(bw_gm)
     keep_matmuls_early(bw_gm)
     return fw_gm, bw_gm
 

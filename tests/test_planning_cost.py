@@ -273,10 +273,11 @@ def test_a_realised_partition_is_reused_for_the_same_recomputations(monkeypatch)
 
 
 def test_the_partitioner_generates_no_code_and_its_modules_have_their_graphs_code(monkeypatch):
-    """The partitions ``"auto"``'s probes realise (one is taken) and the offload
-    passes, each changing graphs, generate no Python code: their modules are lazy
-    (``planning/reuse.py: lazy_modules``); what code the partitioner generates, min-cut
-    generates (torch's own, as under Inductor). The modules the partitioner hands
+    """The partitions ``"auto"``'s probes realise (one is taken), min-cut's own (taken
+    with ``policy="all"``) and the offload passes, each changing graphs, generate no
+    Python code: their modules are lazy (``planning/reuse.py: lazy_modules``,
+    ``as_lazy``); what code the partitioner generates, min-cut generates (torch's own,
+    as under Inductor). The modules the partitioner hands
     Inductor have the code of their final graph when it is read. The plan, its graphs'
     code and the gradients are those of a compile with Dynamo's
     ``use_lazy_graph_module`` off, where every change generates the code."""
@@ -311,13 +312,13 @@ def test_the_partitioner_generates_no_code_and_its_modules_have_their_graphs_cod
     monkeypatch.setattr(partitioner.OffloadPartitioner, "_partition_and_plan", checked)
     monkeypatch.setattr(partitioner, "_partition", counted)
 
-    def plan(budget):
+    def plan(policy, budget):
         torch._dynamo.reset()
         inside.clear()
         in_min_cut.clear()
         stale.clear()
         model, inputs = _small_gpt()
-        b = backend(**loopback(policy="cost_model", inner_compiler="eager", memory_budget=budget,
+        b = backend(**loopback(policy=policy, inner_compiler="eager", memory_budget=budget,
                                min_offload_bytes=0, plan_cache=False))
         torch.compile(model, backend=b)(*inputs).backward()
         (p,) = b.plans
@@ -325,12 +326,12 @@ def test_the_partitioner_generates_no_code_and_its_modules_have_their_graphs_cod
         return ([(d.name, d.decision) for d in p.decisions], p.predicted, p.fw_graph.code,
                 p.bw_graph.code, p.recomputed), grads, list(inside)
 
-    for budget in ("auto", 0.2):
-        lazy, grads, generated_lazy = plan(budget)
-        assert lazy[-1]  # the plan took a realised partition
+    for policy, budget in (("cost_model", "auto"), ("cost_model", 0.2), ("all", "auto")):
+        lazy, grads, generated_lazy = plan(policy, budget)
+        assert bool(lazy[-1]) == (policy == "cost_model")  # realised; "all": min-cut's
         assert stale and not any(stale)
         with torch._dynamo.config.patch(use_lazy_graph_module=False):
-            eager, eager_grads, generated_eager = plan(budget)
+            eager, eager_grads, generated_eager = plan(policy, budget)
         assert lazy == eager and not any(stale)
         assert all(torch.equal(a, b) for a, b in zip(grads, eager_grads))
         assert generated_lazy == [0] and generated_eager[0] > 0

@@ -11,7 +11,7 @@ from typing import Callable
 import torch.fx as fx
 
 import torch._dynamo.config as dynamo_config
-from torch.fx._lazy_graph_module import _use_lazy_graph_module
+from torch.fx._lazy_graph_module import _LazyGraphModule, _get_graph_module_cls, _use_lazy_graph_module
 
 from passes import Candidate
 from passes.recompute_saved import NotRecomputable, recompute_saved
@@ -95,6 +95,17 @@ class Reuse:
         if known is None or known[0] is not facts:
             known = self._memos[id(facts)] = (facts, SimMemo())
         return known[1]
+
+
+def as_lazy(gm: fx.GraphModule) -> fx.GraphModule:
+    """``gm``, or within :func:`lazy_modules` a lazy module over its graph where it is
+    not one (min-cut builds its backward as a plain module, which each pass that
+    changes the graph would ask for new code)."""
+    if isinstance(gm, _LazyGraphModule) or _get_graph_module_cls() is not _LazyGraphModule:
+        return gm
+    lazy = _LazyGraphModule(gm, gm.graph)
+    lazy.meta.update(gm.meta)
+    return lazy
 
 
 def lazy_modules():
