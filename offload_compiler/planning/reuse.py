@@ -1,16 +1,17 @@
 """What planning one graph reuses between ``"auto"``'s probes: the partitions that
 realise each set of recomputations and their facts, and the solver's simulations on
 each set of facts (:class:`Reuse`). Each is a pure function of its key: reuse changes
-no plan, only the time it takes. The loop that uses it is :mod:`.search`."""
+no plan, only the time it takes. The loop that uses it is :mod:`.search`. Also the
+scope in which the partitioner's graph modules are lazy (:func:`lazy_modules`,
+:func:`as_lazy`): their code is generated when first read."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Callable
 
-import torch.fx as fx
-
 import torch._dynamo.config as dynamo_config
+import torch.fx as fx
 from torch.fx._lazy_graph_module import _LazyGraphModule, _get_graph_module_cls, _use_lazy_graph_module
 
 from passes import Candidate
