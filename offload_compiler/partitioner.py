@@ -17,8 +17,10 @@ import logging
 import time
 from typing import Any, Callable, Sequence
 
+import torch._dynamo.config as dynamo_config
 import torch.fx as fx
 from torch._functorch.partitioners import min_cut_rematerialization_partition
+from torch.fx._lazy_graph_module import _LazyGraphModule, _get_graph_module_cls, _use_lazy_graph_module
 from torch._inductor.custom_graph_pass import CustomPartitionerFn
 
 from passes import (
@@ -39,7 +41,6 @@ from .planning import cache
 from .planning.budget import warn_if_missed
 from .planning.decide import offloads_of
 from .planning.replan import Corrections
-from .planning.reuse import as_lazy, lazy_modules
 from .planning.search import progress, replay
 from .reporting import tables, timeline
 from .reporting.dump import Dumper, dump_root
@@ -123,8 +124,8 @@ class OffloadPartitioner(CustomPartitionerFn):
 
         joint_hash = cache.joint_hash(gm) if self.cache_key else ""
         # Min-cut and each pass ask the graphs they change for new code; Inductor reads
-        # it once, after this call (lazy_modules).
-        with lazy_modules():
+        # it once, after this call (_lazy_modules).
+        with _lazy_modules():
             fw_gm, bw_gm = _partition(gm, joint_inputs, kwargs)
             start = Partition(fw_gm, bw_gm, analyze(fw_gm, bw_gm))
             planned = self._replay(gm, start, num_fwd_outputs, joint_hash, graph_id, analyze, dumper)
@@ -260,7 +261,7 @@ def _partition(joint_gm: fx.GraphModule, joint_inputs, kwargs) -> tuple[fx.Graph
     """Min-cut's partition, with backward's matmuls kept where they are
     (``passes.keep_matmuls_early``)."""
     fw_gm, bw_gm = min_cut_rematerialization_partition(joint_gm, joint_inputs, **kwargs)
-    fw_gm, bw_gm = as_lazy(fw_gm), as_lazy(bw_gm)
+    fw_gm, bw_gm = _as_lazy(fw_gm), _as_lazy(bw_gm)
     keep_matmuls_early(bw_gm)
     return fw_gm, bw_gm
 
@@ -289,3 +290,24 @@ def _trace_artifact(plan: GraphPlan, config: OffloadConfig) -> None:
             metadata_fn=lambda: {"name": f"offload_timeline_graph_{plan.graph_id}", "encoding": "json"},
             payload_fn=lambda: timeline.trace_json(timeline.chrome_trace(plan)),
         )
+
+
+def _as_lazy(gm: fx.GraphModule) -> fx.GraphModule:
+    """``gm``, or within :func:`_lazy_modules` a lazy module over its graph where it is
+    not one (min-cut builds its backward as a plain module, which each pass that
+    changes the graph would ask for new code)."""
+    if isinstance(gm, _LazyGraphModule) or _get_graph_module_cls() is not _LazyGraphModule:
+        return gm
+    lazy = _LazyGraphModule(gm, gm.graph)
+    lazy.meta.update(gm.meta)
+    return lazy
+
+
+def _lazy_modules():
+    """A scope in which the graph modules min-cut and the offload passes make generate
+    their Python code when it is first read (``torch.fx``'s lazy modules), not each
+    time their graph changes: regenerating a large graph's code takes a tenth of a
+    second (HF Llama), and Inductor reads it once, for its cache key. What
+    ``torch.compile`` and Inductor do, with Dynamo's ``use_lazy_graph_module`` (off:
+    each change generates the code)."""
+    return _use_lazy_graph_module(dynamo_config.use_lazy_graph_module)

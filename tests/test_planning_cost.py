@@ -275,8 +275,8 @@ def test_a_realised_partition_is_reused_for_the_same_recomputations(monkeypatch)
 def test_the_partitioner_generates_no_code_and_its_modules_have_their_graphs_code(monkeypatch):
     """The partitions ``"auto"``'s probes realise (one is taken), min-cut's own (taken
     with ``policy="all"``) and the offload passes, each changing graphs, generate no
-    Python code: their modules are lazy (``planning/reuse.py: lazy_modules``,
-    ``as_lazy``); what code the partitioner generates, min-cut generates (torch's own,
+    Python code: their modules are lazy (``partitioner._lazy_modules``,
+    ``_as_lazy``); what code the partitioner generates, min-cut generates (torch's own,
     as under Inductor). The modules the partitioner hands
     Inductor have the code of their final graph when it is read. The plan, its graphs'
     code and the gradients are those of a compile with Dynamo's

@@ -1,18 +1,14 @@
 """What planning one graph reuses between ``"auto"``'s probes: the partitions that
 realise each set of recomputations and their facts, and the solver's simulations on
 each set of facts (:class:`Reuse`). Each is a pure function of its key: reuse changes
-no plan, only the time it takes. The loop that uses it is :mod:`.search`. Also the
-scope in which the partitioner's graph modules are lazy (:func:`lazy_modules`,
-:func:`as_lazy`): their code is generated when first read."""
+no plan, only the time it takes. The loop that uses it is :mod:`.search`."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Callable
 
-import torch._dynamo.config as dynamo_config
 import torch.fx as fx
-from torch.fx._lazy_graph_module import _LazyGraphModule, _get_graph_module_cls, _use_lazy_graph_module
 
 from passes import Candidate
 from passes.recompute_saved import NotRecomputable, recompute_saved
@@ -60,7 +56,7 @@ class Reuse:
     key, so reuse changes no plan, only the time it takes.
 
     A realised partition's modules generate their Python code when it is first read
-    (lazy modules, as min-cut's under ``torch.compile``, :func:`lazy_modules`): the code
+    (lazy modules: ``partitioner._lazy_modules``): the code
     of a partition no plan takes is never generated."""
 
     def __init__(self, joint_gm: fx.GraphModule, start: Partition, num_fwd_outputs: int,
@@ -96,24 +92,3 @@ class Reuse:
         if known is None or known[0] is not facts:
             known = self._memos[id(facts)] = (facts, SimMemo())
         return known[1]
-
-
-def as_lazy(gm: fx.GraphModule) -> fx.GraphModule:
-    """``gm``, or within :func:`lazy_modules` a lazy module over its graph where it is
-    not one (min-cut builds its backward as a plain module, which each pass that
-    changes the graph would ask for new code)."""
-    if isinstance(gm, _LazyGraphModule) or _get_graph_module_cls() is not _LazyGraphModule:
-        return gm
-    lazy = _LazyGraphModule(gm, gm.graph)
-    lazy.meta.update(gm.meta)
-    return lazy
-
-
-def lazy_modules():
-    """A scope in which the graph modules min-cut and the offload passes make generate
-    their Python code when it is first read (``torch.fx``'s lazy modules), not each
-    time their graph changes: regenerating a large graph's code takes a tenth of a
-    second (HF Llama), and Inductor reads it once, for its cache key. What
-    ``torch.compile`` and Inductor do, with Dynamo's ``use_lazy_graph_module`` (off:
-    each change generates the code)."""
-    return _use_lazy_graph_module(dynamo_config.use_lazy_graph_module)
