@@ -4,8 +4,10 @@
     python benchmarks/first_step.py --model llama --strategy inductor --profile --out out/fs
 
 Runs a zoo model's first step (compile included) on the GPU, in this process, with
-Inductor's caches in a fresh folder and the plan cache off, as ``zoo.py --caches cold``
-does; the model is ``zoo.py``'s (``--model`` takes its names; its factory and weight
+Inductor's caches in a fresh folder and the plan cache on in a fresh folder too (what a
+user's first compile gets: the plan is made and stored; the machine's calibrated
+hardware profile is copied in, so that no row calibrates); ``--plan-cache off`` turns
+it off, as ``zoo.py --caches cold`` does and as this script did before session 25; the model is ``zoo.py``'s (``--model`` takes its names; its factory and weight
 dtype). Prints the seconds of the compile's phases (``dynamo_timed``), and the wall
 seconds spent in each function of :data:`TIMED` (wrapped with a timer for the step:
 calls, total, and when the first call began and the last ended, from the start of the
@@ -148,6 +150,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--profile", action="store_true", help="also run the step under cProfile")
     p.add_argument("--sample", action="store_true", help="sample the step's Python stack (sampler.py)")
     p.add_argument("--out", default=None, help="folder for the profile or the stacks")
+    p.add_argument("--plan-cache", default="cold", choices=("cold", "off"),
+                   help="cold: on, in a fresh folder (the default a user gets); off: turned off")
     p.add_argument("--top", type=int, default=12, help="callees listed per function (--profile)")
     args = p.parse_args(argv)
     kind, _, budget = args.strategy.partition(":")
@@ -169,7 +173,10 @@ def main(argv: list[str] | None = None) -> int:
         p.error("no CUDA device: the first step is measured on the GPU")
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="first-step-cache-")
     os.environ.pop("TRITON_CACHE_DIR", None)  # then Triton's cache is under it
-    os.environ[ENV_SWITCH] = "0"
+    if args.plan_cache == "off":
+        os.environ[ENV_SWITCH] = "0"
+    else:
+        _fresh_plan_cache()
     zoo_model = MODELS[args.model]
     model, batch, _ = load_model({"model": zoo_model.factory})
     model = model.to("cuda", getattr(torch, zoo_model.dtype))
@@ -204,6 +211,11 @@ def main(argv: list[str] | None = None) -> int:
           f"{phases.get('compile_fx.<locals>.fw_compiler_base', 0.0):.2f} s, backward compile "
           f"{phases.get('compile_fx.<locals>.bw_compiler', 0.0):.2f} s")
     print("  phases: " + ", ".join(f"{k} {v}" for k, v in phases.items() if v >= 0.1))
+    if kind == "offload":
+        from offload_compiler.planning.cache import cache_dir
+
+        stored = len(list((cache_dir() / "plans").glob("*.pkl"))) if args.plan_cache == "cold" else 0
+        print(f"  plan cache {args.plan_cache}: {stored} plan(s) stored")
     if not args.no_timers:
         print(timers.table())
     if sampler is not None:
@@ -215,6 +227,19 @@ def main(argv: list[str] | None = None) -> int:
         _report_profile(prof, Path(args.out) / f"{args.model}_{args.strategy.replace(':', '_')}.prof",
                         args.top)
     return 0
+
+
+def _fresh_plan_cache() -> None:
+    """Point the plan cache at an empty folder, with the calibrated hardware profiles of
+    the current cache folder copied in (calibrating is once per machine, not per compile)."""
+    import shutil
+
+    from offload_compiler.planning.cache import ENV_DIR, cache_dir
+
+    fresh = Path(tempfile.mkdtemp(prefix="first-step-plans-"))
+    for profile in cache_dir().glob("hardware-*.json"):
+        shutil.copy(profile, fresh / profile.name)
+    os.environ[ENV_DIR] = str(fresh)
 
 
 def _report_profile(prof: cProfile.Profile, path: Path, top: int) -> None:

@@ -102,6 +102,46 @@ def test_an_unsearched_auto_plan_is_kept_apart_from_a_searched_one(caplog):
     assert made == [(True, False), (False, False), (True, True)]
 
 
+def _joint(op):
+    """A joint-like graph module: ``op`` of two inputs, made lazily (no code yet)."""
+    from torch.fx._lazy_graph_module import _LazyGraphModule
+
+    graph = torch.fx.Graph()
+    a, b = graph.placeholder("a"), graph.placeholder("b")
+    a.meta["val"], b.meta["val"] = torch.empty(2, 3), torch.empty(2, 3)
+    graph.output((graph.call_function(op, (a, b)),))
+    return _LazyGraphModule(torch.nn.Module(), graph)
+
+
+def test_the_joint_hash_tells_joint_graphs_apart_without_generating_code():
+    from offload_compiler.planning import cache
+
+    gm = _joint(torch.ops.aten.add.Tensor)
+    same = cache.joint_hash(gm)
+    assert gm._needs_recompile()  # its code was not generated
+    assert cache.joint_hash(_joint(torch.ops.aten.add.Tensor)) == same
+    assert cache.joint_hash(_joint(torch.ops.aten.mul.Tensor)) != same
+    other = _joint(torch.ops.aten.add.Tensor)
+    other.graph.find_nodes(op="placeholder")[0].meta["val"] = torch.empty(2, 3, dtype=torch.float64)
+    assert cache.joint_hash(other) != same
+
+
+def test_an_entry_made_on_another_joint_graph_is_planned_afresh(monkeypatch, caplog):
+    """Under the same key, a stored plan whose joint graph differs is not applied."""
+    import dataclasses
+    from offload_compiler.planning import cache
+
+    _train_once({})
+    load = cache.load
+    monkeypatch.setattr(cache, "load", lambda key: (lambda e: e and dataclasses.replace(
+        e, joint_hash="another graph"))(load(key)))
+    torch._dynamo.reset()
+    with caplog.at_level(logging.INFO, logger="offload_compiler"):
+        backend, _ = _train_once({})
+    assert "holds a plan for another joint graph" in caplog.text
+    assert "plan taken from the plan cache" not in caplog.text and backend.plans
+
+
 def test_plan_cache_option_is_validated():
     with pytest.raises(ValueError, match="plan_cache"):
         offload_compiler.OffloadConfig(plan_cache="yes")
