@@ -10,8 +10,9 @@ hardware profile is copied in, so that no row calibrates); ``--plan-cache off`` 
 it off, as ``zoo.py --caches cold`` does and as this script did before session 25. The
 model is ``zoo.py``'s (``--model`` takes its names; its factory and weight dtype).
 Prints the seconds of the compile's phases (``dynamo_timed``), and the wall seconds
-spent in each function of :data:`TIMED` (wrapped with a timer for the step: calls, total, and when the first call began and the last ended, from the start of the
-step), which sees what ``dynamo_timed`` does not (what a backend does around
+spent in each function of :data:`TIMED` (wrapped with a timer for the step: calls,
+total, and when the first call began and the last ended, from the start of the step),
+which sees what ``dynamo_timed`` does not (what a backend does around
 ``create_aot_dispatcher_function``). Installing the timers is not free: planning
 ResNet-50 at 0.5 on a CPU, its rewrite took 0.9 s with all of them installed against
 0.34 s with none (half of them: 0.4 s; the cause was not found), so ``--no-timers``
