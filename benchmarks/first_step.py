@@ -212,11 +212,10 @@ def main(argv: list[str] | None = None) -> int:
           f"{phases.get('compile_fx.<locals>.fw_compiler_base', 0.0):.2f} s, backward compile "
           f"{phases.get('compile_fx.<locals>.bw_compiler', 0.0):.2f} s")
     print("  phases: " + ", ".join(f"{k} {v}" for k, v in phases.items() if v >= 0.1))
-    if kind == "offload":
+    if kind == "offload" and args.plan_cache == "cold":
         from offload_compiler.planning.cache import cache_dir
 
-        stored = len(list((cache_dir() / "plans").glob("*.pkl"))) if args.plan_cache == "cold" else 0
-        print(f"  plan cache {args.plan_cache}: {stored} plan(s) stored")
+        print(f"  plan cache: {len(list((cache_dir() / 'plans').glob('*.pkl')))} plan(s) stored")
     if not args.no_timers:
         print(timers.table())
     if sampler is not None:

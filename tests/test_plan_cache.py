@@ -133,8 +133,12 @@ def test_an_entry_made_on_another_joint_graph_is_planned_afresh(monkeypatch, cap
 
     _train_once({})
     load = cache.load
-    monkeypatch.setattr(cache, "load", lambda key: (lambda e: e and dataclasses.replace(
-        e, joint_hash="another graph"))(load(key)))
+
+    def load_from_another_graph(key):
+        entry = load(key)
+        return entry and dataclasses.replace(entry, joint_hash="another graph")
+
+    monkeypatch.setattr(cache, "load", load_from_another_graph)
     torch._dynamo.reset()
     with caplog.at_level(logging.INFO, logger="offload_compiler"):
         backend, _ = _train_once({})

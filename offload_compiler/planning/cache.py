@@ -150,7 +150,7 @@ def joint_hash(joint_gm: fx.GraphModule) -> str:
     code is made of) and its placeholders' values. Read off the nodes, not the module's
     ``code``: AOTAutograd's joint module has no code yet, and generating it for this
     hash alone took 0.12 s of the example GPT ``h100`` preset's cold compile on a CPU
-    (``benchmarks/RESULTS.md``, session 25), against 5 ms this way."""
+    (``benchmarks/RESULTS.md``, session 25), against 6 ms this way."""
     digest = hashlib.sha256()
     for n in joint_gm.graph.nodes:
         args = fx.node.map_arg((n.args, n.kwargs), lambda a: a.name)

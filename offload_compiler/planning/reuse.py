@@ -56,8 +56,8 @@ class Reuse:
     key, so reuse changes no plan, only the time it takes.
 
     A realised partition's modules generate their Python code when it is first read
-    (lazy modules: ``partitioner._lazy_modules``): the code
-    of a partition no plan takes is never generated."""
+    (lazy modules: ``partitioner._lazy_modules``): the code of a partition no plan
+    takes is never generated."""
 
     def __init__(self, joint_gm: fx.GraphModule, start: Partition, num_fwd_outputs: int,
                  analyze: Analyze,
