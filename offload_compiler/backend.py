@@ -33,6 +33,7 @@ from torch._inductor import compile_fx as inductor_compile_fx
 
 from . import lowering
 from .config import SUPPORTED_DEVICE_TYPES, OffloadConfig
+from .gc_scope import fewer_collections
 from .partitioner import OffloadPartitioner
 from .planning import cache, limits, sizes
 from .planning.replan import Corrections
@@ -181,8 +182,9 @@ class OffloadBackend:
             config, on_plan=made, corrections=corrections, graph_slots=slots, search=search,
             cache_key=cache.key_for(gm, example_inputs, config, planned_at, corrections, search))
         t0 = time.perf_counter()
-        compiled = self._inner_compile(gm, example_inputs, config,
-                                       sizes.at_sizes(partitioner, planned_at), patches)
+        with fewer_collections():  # AOTAutograd's trace, planning, the forward's compile
+            compiled = self._inner_compile(gm, example_inputs, config,
+                                           sizes.at_sizes(partitioner, planned_at), patches)
         if made.plans:
             took = time.perf_counter() - t0
             progress.info("offload: graph %d: compiled in %.1f s: %.1f s in the offload partitioner "

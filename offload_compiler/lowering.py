@@ -48,6 +48,7 @@ from typing import Any
 
 from passes.nodes import is_transfer
 
+from .gc_scope import fewer_collections
 from .runtime import chain, graph_slots, ops
 
 log = logging.getLogger("offload_compiler")
@@ -100,12 +101,13 @@ def compile_inner(gm, example_inputs, **kwargs: Any):
     from torch._inductor import config
     from torch._inductor.compile_fx import compile_fx_inner
 
-    if not any(is_transfer(n) for n in gm.graph.nodes):
-        return compile_fx_inner(gm, example_inputs, **kwargs)
-    patches: dict[str, Any] = {"reorder_for_peak_memory": False}
-    if hasattr(config, "_post_fusion_custom_pass"):
-        patches["_post_fusion_custom_pass"] = _issue_early_pass(config._post_fusion_custom_pass)
-    with config.patch(patches):
+    patches: dict[str, Any] = {}
+    if any(is_transfer(n) for n in gm.graph.nodes):
+        patches["reorder_for_peak_memory"] = False
+        if hasattr(config, "_post_fusion_custom_pass"):
+            patches["_post_fusion_custom_pass"] = _issue_early_pass(config._post_fusion_custom_pass)
+    # The backward compiles at its first call, outside the backend's compile scope.
+    with fewer_collections(), config.patch(patches):
         return compile_fx_inner(gm, example_inputs, **kwargs)
 
 

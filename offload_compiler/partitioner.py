@@ -10,7 +10,6 @@ scope of one ``compile_fx`` call, never globally.
 from __future__ import annotations
 
 import dataclasses
-import gc
 import hashlib
 import itertools
 import logging
@@ -36,6 +35,7 @@ from passes.insert_transfers import use_graph_slots
 from passes.schedule_prefetches import NEXT_CALL, link_calls
 
 from .config import OffloadConfig
+from .gc_scope import fewer_collections
 from .planning import Partition, PlannedGraph, plan_graph
 from .planning import cache
 from .planning.budget import warn_if_missed
@@ -49,11 +49,6 @@ from .reporting.records import GraphPlan
 log = logging.getLogger("offload_compiler")
 
 _graph_ids = itertools.count()
-
-
-#: Allocations between young-generation collections while the partitioner plans
-#: (Python's default is 700).
-_PLANNING_GC_THRESHOLD = 14_000
 
 
 class OffloadPartitioner(CustomPartitionerFn):
@@ -92,21 +87,12 @@ class OffloadPartitioner(CustomPartitionerFn):
         # Planning makes many short-lived FX objects (a min-cut per "auto" probe), and
         # every full collection they set off walks all that Dynamo and AOTAutograd hold:
         # 2.3 of 8.8 CPU s planning ViT-B/16 at "auto" (benchmarks/RESULTS.md, session
-        # 15). That heap is frozen (not collected) for this call, unless someone froze
-        # objects before: unfreezing would release theirs too. What planning itself keeps
-        # (each probe's graphs) is walked by the collections that remain; they run a
-        # twentieth as often while it plans.
-        freeze = gc.isenabled() and gc.get_freeze_count() == 0
-        threshold = gc.get_threshold()
-        if freeze:
-            gc.freeze()
-            gc.set_threshold(max(threshold[0], _PLANNING_GC_THRESHOLD), *threshold[1:])
+        # 15). The backend's compile holds this scope already; a partitioner called on
+        # its own (tests, plan_offline.py) holds it here.
         try:
-            return self._partition_and_plan(gm, joint_inputs, **kwargs)
+            with fewer_collections():
+                return self._partition_and_plan(gm, joint_inputs, **kwargs)
         finally:
-            if freeze:
-                gc.set_threshold(*threshold)
-                gc.unfreeze()
             self.seconds += time.perf_counter() - t0
 
     def _partition_and_plan(

@@ -454,22 +454,27 @@ def test_inductors_compile_workers_start_before_the_planner(monkeypatch):
 
 
 @pytest.mark.parametrize("frozen_before", [False, True])
-def test_the_partitioner_freezes_the_heap_only_while_it_plans(monkeypatch, frozen_before):
-    """Planning runs with what existed before it frozen (no full collection walks it)
-    and with collections made rarer; afterwards the freeze is gone and the thresholds
-    are the caller's again. Objects a caller froze before stay frozen: the partitioner
-    then changes nothing (unfreezing would release theirs)."""
+def test_the_compile_makes_collections_rarer_and_freezes_only_an_unfrozen_heap(monkeypatch, frozen_before):
+    """While the backend compiles (planning included), young collections are rarer and
+    what existed before is frozen (no full collection walks it); afterwards the freeze
+    is gone and the thresholds are the caller's again. Where a caller froze objects
+    before (as on a GPU host seen in session 26), the thresholds are still raised, and
+    their objects stay frozen (unfreezing would release them)."""
     import gc
 
-    from offload_compiler import partitioner
+    from offload_compiler import gc_scope, partitioner
 
     seen = []
     real = partitioner.OffloadPartitioner._partition_and_plan
-    monkeypatch.setattr(partitioner.OffloadPartitioner, "_partition_and_plan",
-                        lambda self, *a, **k: seen.append((gc.get_freeze_count(), gc.get_threshold()))
-                        or real(self, *a, **k))
+
+    def planning(self, *args, **kwargs):
+        seen.append((gc.get_freeze_count(), gc.get_threshold()))
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(partitioner.OffloadPartitioner, "_partition_and_plan", planning)
     assert gc.get_freeze_count() == 0
     thresholds = gc.get_threshold()
+    assert thresholds[0] < gc_scope.YOUNG_THRESHOLD
     if frozen_before:
         gc.freeze()
     before = gc.get_freeze_count()
@@ -477,15 +482,45 @@ def test_the_partitioner_freezes_the_heap_only_while_it_plans(monkeypatch, froze
         torch.compile(NormGeluMLP(), backend=backend(**loopback(memory_budget=0.5), inner_compiler="eager"))(
             torch.randn(8, 32)).sum().backward()
         assert seen and gc.get_threshold() == thresholds
+        assert seen[0][1] == (gc_scope.YOUNG_THRESHOLD, *thresholds[1:])
         if frozen_before:  # still frozen (less what was freed), and nothing added
             assert 0 < gc.get_freeze_count() <= before and seen[0][0] <= before
-            assert seen[0][1] == thresholds
         else:
             assert seen[0][0] > 0 and gc.get_freeze_count() == 0
-            assert seen[0][1][0] >= partitioner._PLANNING_GC_THRESHOLD > thresholds[0]
-            assert seen[0][1][1:] == thresholds[1:]
     finally:
         gc.unfreeze()
+
+
+def test_collection_scopes_nest_and_restore_where_the_outermost_ends():
+    """Nested scopes (the backend's compile, the partitioner inside it, a backward
+    compiled on another thread) leave the collector as the outermost found it, only
+    when the last one ends; with the collector disabled nothing changes."""
+    import gc
+    import threading
+
+    from offload_compiler.gc_scope import YOUNG_THRESHOLD, fewer_collections
+
+    thresholds = gc.get_threshold()
+    inner_seen = []
+    with fewer_collections():
+        assert gc.get_threshold()[0] == YOUNG_THRESHOLD and gc.get_freeze_count() > 0
+
+        def backward_compile():
+            with fewer_collections():
+                inner_seen.append(gc.get_threshold())
+
+        worker = threading.Thread(target=backward_compile)
+        worker.start()
+        worker.join()
+        assert inner_seen == [gc.get_threshold()]
+        assert gc.get_threshold()[0] == YOUNG_THRESHOLD  # the inner scope's end changed nothing
+    assert gc.get_threshold() == thresholds and gc.get_freeze_count() == 0
+    gc.disable()
+    try:
+        with fewer_collections():
+            assert gc.get_threshold() == thresholds and gc.get_freeze_count() == 0
+    finally:
+        gc.enable()
 
 
 def _weight_grad_between(grad, act, w, wt):
