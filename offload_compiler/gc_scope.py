@@ -40,12 +40,13 @@ _restore: tuple[tuple[int, ...], bool] | None = None  # (thresholds, froze) of t
 @contextlib.contextmanager
 def fewer_collections() -> Iterator[None]:
     """The collector tuned for a compile for the duration (see the module docstring);
-    nothing changes where it is disabled."""
+    nothing changes where it is disabled (``gc.disable()``, or a young threshold of 0)."""
     global _depth, _restore
     with _lock:
         _depth += 1
-        if _depth == 1 and gc.isenabled():
-            thresholds = gc.get_threshold()
+        thresholds = gc.get_threshold()
+        # A young threshold of 0 turns automatic collection off: left as the caller set it.
+        if _depth == 1 and gc.isenabled() and thresholds[0] > 0:
             froze = gc.get_freeze_count() == 0
             if froze:
                 gc.freeze()

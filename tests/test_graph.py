@@ -494,7 +494,8 @@ def test_the_compile_makes_collections_rarer_and_freezes_only_an_unfrozen_heap(m
 def test_collection_scopes_nest_and_restore_where_the_outermost_ends():
     """Nested scopes (the backend's compile, the partitioner inside it, a backward
     compiled on another thread) leave the collector as the outermost found it, only
-    when the last one ends; with the collector disabled nothing changes."""
+    when the last one ends; with the collector disabled (or its young threshold 0)
+    nothing changes."""
     import gc
     import threading
 
@@ -521,6 +522,12 @@ def test_collection_scopes_nest_and_restore_where_the_outermost_ends():
             assert gc.get_threshold() == thresholds and gc.get_freeze_count() == 0
     finally:
         gc.enable()
+    gc.set_threshold(0, *thresholds[1:])  # automatic collection off the other way
+    try:
+        with fewer_collections():
+            assert gc.get_threshold() == (0, *thresholds[1:]) and gc.get_freeze_count() == 0
+    finally:
+        gc.set_threshold(*thresholds)
 
 
 def _weight_grad_between(grad, act, w, wt):
