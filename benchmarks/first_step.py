@@ -7,8 +7,9 @@ Runs a zoo model's first step (compile included) on the GPU, in this process, wi
 Inductor's caches in a fresh folder and the plan cache on in a fresh folder too (what a
 user's first compile gets: the plan is made and stored; the machine's calibrated
 hardware profile is copied in, so that no row calibrates); ``--plan-cache off`` turns
-it off, as ``zoo.py --caches cold`` does and as this script did before session 25. The
-model is ``zoo.py``'s (``--model`` takes its names; its factory and weight dtype).
+it off, as this script did before session 25 (and ``zoo.py --caches cold`` before
+session 26). The model is ``zoo.py``'s (``--model`` takes its names; its factory and
+weight dtype).
 Prints the seconds of the compile's phases (``dynamo_timed``), and the wall seconds
 spent in each function of :data:`TIMED` (wrapped with a timer for the step: calls,
 total, and when the first call began and the last ended, from the start of the step),
@@ -232,13 +233,10 @@ def main(argv: list[str] | None = None) -> int:
 def _fresh_plan_cache() -> None:
     """Point the plan cache at an empty folder, with the calibrated hardware profiles of
     the current cache folder copied in (calibrating is once per machine, not per compile)."""
-    import shutil
-
-    from offload_compiler.planning.cache import ENV_DIR, cache_dir
+    from offload_compiler.planning.cache import ENV_DIR, cache_dir, seed_from
 
     fresh = Path(tempfile.mkdtemp(prefix="first-step-plans-"))
-    for profile in cache_dir().glob("hardware-*.json"):
-        shutil.copy(profile, fresh / profile.name)
+    seed_from(cache_dir(), fresh)
     os.environ[ENV_DIR] = str(fresh)
 
 

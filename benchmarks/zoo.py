@@ -422,7 +422,7 @@ def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, dict[str, li
                         "to the first step's time")
     # compare's CACHES, written out: --list imports no torch
     p.add_argument("--caches", default="cold", choices=("cold", "warm"),
-                   help="cold: each row compiles with empty Inductor caches and no plan cache "
+                   help="cold: each row compiles with empty Inductor caches and an empty plan cache "
                         "(the first-step column is a first compile); warm: the caches as they are")
     args = p.parse_args(argv)
     if args.list:

@@ -63,10 +63,17 @@ from offload_compiler.models.gpt import PRESETS, GPT, make_batch
 
 
 def make():
+    seen = {k: os.environ.get(k) for k in ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR",
+                                           "OFFLOAD_COMPILER_PLAN_CACHE", "OFFLOAD_COMPILER_CACHE_DIR")}
+    folder = seen["OFFLOAD_COMPILER_CACHE_DIR"]
+    seen["profiles"] = sorted(os.listdir(folder)) if folder and os.path.isdir(folder) else None
+    if folder and os.path.isdir(folder):  # as a row that calibrates a GPU would
+        with open(os.environ["PROBE_FILE"]) as f:
+            row = len(f.read().splitlines())
+        with open(os.path.join(folder, "hardware-row%d.json" % row), "w") as f:
+            f.write("{}")
     with open(os.environ["PROBE_FILE"], "a") as f:
-        f.write(json.dumps({k: os.environ.get(k) for k in
-                            ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR",
-                             "OFFLOAD_COMPILER_PLAN_CACHE")}) + "\\n")
+        f.write(json.dumps(seen) + "\\n")
     cfg = PRESETS["tiny"]
     return GPT(cfg), make_batch(cfg)
 '''
@@ -74,7 +81,9 @@ def make():
 
 def test_each_row_compiles_with_cold_caches_unless_told_warm(tmp_path, monkeypatch):
     """The first-step column is a first compile: each row's process has an Inductor cache
-    folder of its own, Triton's under it, no plan cache; ``caches="warm"`` passes the
+    folder of its own, Triton's under it, and an empty plan cache of its own (the plan
+    cache on, as a user's first compile has it) holding the calibrated hardware
+    profiles; a profile a row calibrates is copied back. ``caches="warm"`` passes the
     environment's caches through. Rows report the first step's compile phases."""
     import os
 
@@ -88,6 +97,12 @@ def test_each_row_compiles_with_cold_caches_unless_told_warm(tmp_path, monkeypat
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "mine"))
     monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "mine_triton"))
     monkeypatch.delenv("OFFLOAD_COMPILER_PLAN_CACHE", raising=False)
+    mine = tmp_path / "my_offload_cache"
+    mine.mkdir()
+    (mine / "hardware-gpu0.json").write_text("{}")
+    (mine / "plans").mkdir()  # a plan cached before: no row sees it
+    monkeypatch.setenv("OFFLOAD_COMPILER_CACHE_DIR", str(mine))
+    probe.write_text("")
     with pytest.raises(ValueError, match="'cold', 'warm'"):
         compare.compare(strategies=["inductor"], caches="hot")
     rows = compare.compare(preset=None, model="envprobe:make", device="cpu", steps=1, warmup=0,
@@ -96,8 +111,14 @@ def test_each_row_compiles_with_cold_caches_unless_told_warm(tmp_path, monkeypat
     seen = [json.loads(line) for line in probe.read_text().splitlines()]
     folders = [s["TORCHINDUCTOR_CACHE_DIR"] for s in seen]
     assert len(set(folders)) == 2 and str(tmp_path / "mine") not in folders
-    assert all(s["TRITON_CACHE_DIR"] is None and s["OFFLOAD_COMPILER_PLAN_CACHE"] == "0" for s in seen)
-    assert not any(os.path.exists(f) for f in folders)  # removed after each row
+    assert all(s["TRITON_CACHE_DIR"] is None and s["OFFLOAD_COMPILER_PLAN_CACHE"] is None for s in seen)
+    plans = [s["OFFLOAD_COMPILER_CACHE_DIR"] for s in seen]
+    assert len(set(plans)) == 2 and str(mine) not in plans
+    # The profiles calibrated before (and by the first row, for the second) and no plans.
+    assert [s["profiles"] for s in seen] == [["hardware-gpu0.json"], ["hardware-gpu0.json", "hardware-row0.json"]]
+    assert sorted(p.name for p in mine.glob("hardware-*.json")) == [
+        "hardware-gpu0.json", "hardware-row0.json", "hardware-row1.json"]
+    assert not any(os.path.exists(f) for f in folders + plans)  # removed after each row
     phases = rows[1].extra["first_step_s_by_phase"]
     assert phases["OffloadPartitioner"] > 0 and phases["compile_fx_inner"] > 0
     from offload_compiler.compare import harness

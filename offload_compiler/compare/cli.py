@@ -155,7 +155,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--nproc", type=_arg_type(_count(1)), default=2,
                    help="processes with --distributed (one GPU each)")
     p.add_argument("--caches", default="cold", choices=CACHES,
-                   help="cold: each row compiles with an empty Inductor cache and no plan cache, so "
+                   help="cold: each row compiles with an empty Inductor cache and an empty plan cache, so "
                         "the first-step column is a first compile; warm: the caches as they are")
 
 

@@ -17,7 +17,7 @@ out-of-memory ends only its row.
 For each: median step time (compilation and warm-up excluded, synchronised), peak
 memory, activation memory (peak minus the memory held before forward), tokens (or
 samples) per second, compile time (first step; by default with cold caches, each row's
-Inductor cache empty and the plan cache off), and the first step's loss and gradient
+Inductor cache and plan cache empty), and the first step's loss and gradient
 norm, which every strategy must agree on (a disagreement is flagged).
 
     python -m offload_compiler compare --device cuda --compile per-block --distributed fsdp2 --nproc 2
@@ -47,7 +47,8 @@ from typing import Any
 from ..reporting import plots
 from .._version import SCHEMA_VERSION
 from ..config import OffloadConfig, budget_from_text
-from ..planning.cache import ENV_SWITCH as PLAN_CACHE_SWITCH
+from ..planning.cache import ENV_DIR as PLAN_CACHE_DIR
+from ..planning.cache import cache_dir, seed_from
 from .distributed import KINDS
 from .run import COMPILE_MODES, DTYPES, STRATEGY_HELP, Row, fraction
 
@@ -101,10 +102,11 @@ def compare(*, preset: str | None = "tiny", model: str | None = None, device: st
     rewritten after each row).
 
     ``caches``: ``"cold"`` (default) runs each row with an empty Inductor cache (its FX
-    graph, AOTAutograd and Triton caches in a fresh folder) and without the plan cache, so
-    each row's first step is a first compile and no row gains from kernels an earlier row
-    compiled; ``"warm"`` leaves the caches as the environment has them. The GPU's hardware
-    profile (calibrated once per GPU) is read from its cache either way.
+    graph, AOTAutograd and Triton caches in a fresh folder) and an empty plan cache, so
+    each row's first step is a first compile (the plan made and stored, as a user's first
+    compile has it) and no row gains from kernels or plans an earlier row made;
+    ``"warm"`` leaves the caches as the environment has them. The GPU's hardware profile
+    (calibrated once per GPU) is read from the package's cache folder either way.
 
     ``offload_options`` are extra ``OffloadConfig`` options for the ``offload:*``
     strategies (``memory_budget`` and ``devices`` come from the strategy name).
@@ -157,8 +159,11 @@ def _check_parallel(compile_mode: str, distributed: str | None, nproc: int) -> N
 
 @contextlib.contextmanager
 def _worker_env(caches: str) -> Iterator[dict[str, str]]:
-    """The environment of one row's process: with ``caches="cold"``, Inductor's caches in
-    a fresh folder (removed after the row) and the plan cache off."""
+    """The environment of one row's process: with ``caches="cold"``, Inductor's caches
+    and the plan cache in a fresh folder (removed after the row), as a user's first
+    compile has them: the plan is made and stored. The calibrated hardware profiles are
+    copied in, and one the row calibrated is copied back to the package's cache folder,
+    so that no later row calibrates again."""
     env = dict(os.environ)
     if caches == "warm":
         yield env
@@ -166,8 +171,13 @@ def _worker_env(caches: str) -> Iterator[dict[str, str]]:
     with tempfile.TemporaryDirectory(prefix="offload-compare-cache-") as folder:
         env["TORCHINDUCTOR_CACHE_DIR"] = folder  # the FX graph and AOTAutograd caches
         env.pop("TRITON_CACHE_DIR", None)  # then Triton's cache is under it, as Inductor puts it
-        env[PLAN_CACHE_SWITCH] = "0"
-        yield env
+        plans = Path(folder) / "offload_compiler"
+        seed_from(cache_dir(), plans)
+        env[PLAN_CACHE_DIR] = str(plans)
+        try:
+            yield env
+        finally:
+            seed_from(plans, cache_dir())
 
 
 def _run_in_subprocess(spec: dict[str, Any], timeout_s: float, out: Path | None = None,
