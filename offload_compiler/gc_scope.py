@@ -5,7 +5,7 @@ tensors, sympy expressions, min-cut's graphs, the planner's facts), and each ful
 collection they set off walks everything the process holds: Dynamo's and AOTAutograd's
 state, the model, and the libraries imported. On an H100 host (Python 3.12, torch 2.11)
 a cold first step of HF Llama ran 11 full collections (2.6 to 3.2 s), one of them
-inside the offload partitioner (0.42 to 0.45 s); tuned as below, 9 (1.8 to 2.1 s), and
+inside the offload partitioner (0.41 to 0.45 s); tuned as below, 9 (1.8 to 2.1 s), and
 its first step at budget 0.5 took 27.2 and 26.7 s against 30.8 and 30.3 s untuned
 (``benchmarks/RESULTS.md``, session 26). The partitioner had frozen the heap while it
 planned since session 15, but only where nobody had frozen objects before, and on that
