@@ -9,11 +9,10 @@ user's first compile gets: the plan is made and stored; the machine's calibrated
 hardware profile is copied in, so that no row calibrates); ``--plan-cache off`` turns
 it off, as this script did before session 25 (and ``zoo.py --caches cold`` before
 session 26). The model is ``zoo.py``'s (``--model`` takes its names; its factory and
-weight dtype).
-Prints the seconds of the compile's phases (``dynamo_timed``), and the wall seconds
-spent in each function of :data:`TIMED` (wrapped with a timer for the step: calls,
-total, and when the first call began and the last ended, from the start of the step),
-which sees what ``dynamo_timed`` does not (what a backend does around
+weight dtype). Prints the seconds of the compile's phases (``dynamo_timed``), and the
+wall seconds spent in each function of :data:`TIMED` (wrapped with a timer for the
+step: calls, total, and when the first call began and the last ended, from the start of
+the step), which sees what ``dynamo_timed`` does not (what a backend does around
 ``create_aot_dispatcher_function``). Installing the timers is not free: planning
 ResNet-50 at 0.5 on a CPU, its rewrite took 0.9 s with all of them installed against
 0.34 s with none (half of them: 0.4 s; the cause was not found), so ``--no-timers``
@@ -214,9 +213,9 @@ def main(argv: list[str] | None = None) -> int:
           f"{phases.get('compile_fx.<locals>.bw_compiler', 0.0):.2f} s")
     print("  phases: " + ", ".join(f"{k} {v}" for k, v in phases.items() if v >= 0.1))
     if kind == "offload" and args.plan_cache == "cold":
-        from offload_compiler.planning.cache import cache_dir
+        from offload_compiler.planning.cache import stored
 
-        print(f"  plan cache: {len(list((cache_dir() / 'plans').glob('*.pkl')))} plan(s) stored")
+        print(f"  plan cache: {len(stored())} plan(s) stored")
     if not args.no_timers:
         print(timers.table())
     if sampler is not None:
@@ -233,10 +232,11 @@ def main(argv: list[str] | None = None) -> int:
 def _fresh_plan_cache() -> None:
     """Point the plan cache at an empty folder, with the calibrated hardware profiles of
     the current cache folder copied in (calibrating is once per machine, not per compile)."""
-    from offload_compiler.planning.cache import ENV_DIR, cache_dir, seed_from
+    from offload_compiler.planning.cache import ENV_DIR, cache_dir
+    from offload_compiler.planning.hardware import copy_profiles
 
     fresh = Path(tempfile.mkdtemp(prefix="first-step-plans-"))
-    seed_from(cache_dir(), fresh)
+    copy_profiles(cache_dir(), fresh)
     os.environ[ENV_DIR] = str(fresh)
 
 

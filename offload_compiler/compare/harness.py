@@ -48,7 +48,8 @@ from ..reporting import plots
 from .._version import SCHEMA_VERSION
 from ..config import OffloadConfig, budget_from_text
 from ..planning.cache import ENV_DIR as PLAN_CACHE_DIR
-from ..planning.cache import cache_dir, seed_from
+from ..planning.cache import cache_dir
+from ..planning.hardware import copy_profiles
 from .distributed import KINDS
 from .run import COMPILE_MODES, DTYPES, STRATEGY_HELP, Row, fraction
 
@@ -172,12 +173,12 @@ def _worker_env(caches: str) -> Iterator[dict[str, str]]:
         env["TORCHINDUCTOR_CACHE_DIR"] = folder  # the FX graph and AOTAutograd caches
         env.pop("TRITON_CACHE_DIR", None)  # then Triton's cache is under it, as Inductor puts it
         plans = Path(folder) / "offload_compiler"
-        seed_from(cache_dir(), plans)
+        copy_profiles(cache_dir(), plans)
         env[PLAN_CACHE_DIR] = str(plans)
         try:
             yield env
         finally:
-            seed_from(plans, cache_dir())
+            copy_profiles(plans, cache_dir())
 
 
 def _run_in_subprocess(spec: dict[str, Any], timeout_s: float, out: Path | None = None,

@@ -31,7 +31,6 @@ import hashlib
 import logging
 import os
 import pickle
-import shutil
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -60,19 +59,6 @@ def cache_dir() -> Path:
         return Path(root)
     xdg = os.environ.get("XDG_CACHE_HOME")
     return (Path(xdg) if xdg else Path.home() / ".cache") / "offload_compiler"
-
-
-def seed_from(source: Path, folder: Path) -> list[str]:
-    """Copy the calibrated hardware profiles (``hardware-*.json``) of ``source`` that
-    ``folder`` lacks into it: a fresh cache folder then has no plans but calibrates no
-    GPU again. Returns the names copied."""
-    folder.mkdir(parents=True, exist_ok=True)
-    copied = []
-    for profile in sorted(source.glob("hardware-*.json")):
-        if not (folder / profile.name).exists():
-            shutil.copyfile(profile, folder / profile.name)
-            copied.append(profile.name)
-    return copied
 
 
 def enabled(config_switch: bool) -> bool:
@@ -174,8 +160,17 @@ def joint_hash(joint_gm: fx.GraphModule) -> str:
     return digest.hexdigest()[:32]
 
 
+def _plans_dir() -> Path:
+    return cache_dir() / "plans"
+
+
 def _path(key: str) -> Path:
-    return cache_dir() / "plans" / f"{key}.pkl"
+    return _plans_dir() / f"{key}.pkl"
+
+
+def stored() -> list[Path]:
+    """The entries stored in the cache folder."""
+    return sorted(_plans_dir().glob("*.pkl"))
 
 
 def load(key: str) -> CachedPlan | None:

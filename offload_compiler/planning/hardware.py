@@ -17,6 +17,7 @@ import json
 import logging
 import math
 import re
+import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -113,6 +114,19 @@ def _cache_dir() -> Path:
     return cache_dir()
 
 
+#: A calibrated profile's file in the cache folder: ``hardware-<GPU, torch, version>.json``.
+_PROFILE_FILE = "hardware-{}.json"
+
+
+def copy_profiles(source: Path, folder: Path) -> None:
+    """Copy the calibrated profiles in ``source`` that ``folder`` lacks into it: a fresh
+    cache folder then holds no plans but calibrates no GPU again."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for profile in source.glob(_PROFILE_FILE.format("*")):
+        if not (folder / profile.name).exists():
+            shutil.copyfile(profile, folder / profile.name)
+
+
 _memo: dict[str, HardwareProfile] = {}
 #: Bumped when calibration measures differently, so profiles cached before are remeasured.
 PROFILE_VERSION = 4
@@ -145,7 +159,7 @@ def _cuda_profile(device: torch.device) -> HardwareProfile:
     if name in _memo:
         return _memo[name]
     slug = re.sub(r"[^A-Za-z0-9]+", "-", f"{name}-torch{torch.__version__}-v{PROFILE_VERSION}").strip("-")
-    path = _cache_dir() / f"hardware-{slug}.json"
+    path = _cache_dir() / _PROFILE_FILE.format(slug)
     profile = None
     if path.exists():
         try:
