@@ -3,6 +3,7 @@ anything that touches runtime behaviour: ``pytest -m gpu``."""
 
 import contextlib
 import copy
+import logging
 
 import pytest
 import torch
@@ -406,6 +407,60 @@ def test_measurement_matches_the_allocator_and_names_what_holds_the_peak():
         assert m.d2h_bytes > 0 and m.h2d_bytes > 0 and m.d2h_gbps > 1
         n = len(measured[-1].offloaded)
         assert m.transfer_ops == (2 * n, 2 * n) and 0 < m.host_transfer_ms[0] < m.host_fw_ms
+
+
+def test_the_measured_step_peak_is_what_max_memory_allocated_reads(caplog):
+    """The allocator's statistics (``max_memory_allocated``, against which users and a
+    ``memory_limit`` read the step) count its blocks, not the bytes requested: an 11.5
+    MiB activation takes a 12 MiB segment whole, as under 1 MiB would remain. The
+    measured step peak is rebuilt in those bytes from the allocator's layout."""
+    width, batch = 1472, 2048  # 2048 x 1472 fp32: 11.5 MiB
+
+    class Mlp(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.layers = torch.nn.Sequential(*[m for _ in range(6) for m in
+                                                (torch.nn.Linear(width, width), torch.nn.GELU())])
+
+        def forward(self, x):
+            return self.layers(x).square().mean()
+
+    torch.manual_seed(0)
+    torch.cuda.empty_cache()  # fresh segments: each activation's whole block is larger
+    model = Mlp().cuda()
+    compiled = torch.compile(model, backend=backend(inner_compiler="eager", memory_budget=0.5))
+    x = torch.randn(batch, width, device="cuda")
+    recorders, peaks = [], []
+
+    class Keeping(measure.CudaSource):
+        def recorder(self, device, call, what, intervals=0):
+            rec = super().recorder(device, call, what, intervals)
+            if rec is not None and what == "memory":
+                recorders.append((len(peaks), rec))
+            return rec
+
+    measure.set_source(Keeping())
+    try:
+        with caplog.at_level(logging.INFO, logger="offload_compiler.runtime.history"):
+            for _ in range(6):
+                torch.cuda.synchronize()
+                torch.cuda.reset_peak_memory_stats()
+                compiled(x).backward()
+                torch.cuda.synchronize()
+                stats = torch.cuda.memory_stats()
+                peaks.append((stats["allocated_bytes.all.peak"], stats["requested_bytes.all.peak"]))
+                model.zero_grad(set_to_none=True)
+    finally:
+        measure.set_source(None)
+    assert recorders
+    for step, rec in recorders:
+        m = rec.result()
+        allocated, requested = peaks[step]
+        total = m.held_before_bytes + m.step_peak_bytes
+        print(f"step {step}: measured {total}, max_memory_allocated {allocated}, requested {requested}")
+        assert allocated - requested >= 1 << 20  # blocks larger than their requests
+        assert allocated - (64 << 10) <= total <= allocated
+    assert "did not fit its layout" not in caplog.text
 
 
 def test_the_timed_call_runs_without_the_allocators_history():

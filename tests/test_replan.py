@@ -530,27 +530,33 @@ def test_a_limit_no_plan_tried_meets_reports_the_least_step_peak_of_them():
 
 class _FakeAllocator:
     """What a ``CudaRecorder`` reads of the CUDA caching allocator, on a CPU: counts,
-    bytes, and the history records while recording is on (turning it off clears them)."""
+    bytes, the history records while recording is on (turning it off clears them), and
+    the segments the test lays out (``segments``, read as the allocator's layout). An
+    allocation counts ``block`` bytes (what the test says the allocator handed out) and
+    records the bytes requested."""
 
-    def __init__(self):
+    def __init__(self, segments=None):
         self.allocs = self.frees = self.current = 0
         self.recording, self.trace, self.live = False, [], {}
+        self.segments = segments or []
 
-    def alloc(self, nbytes):
+    def alloc(self, nbytes, *, addr=None, block=None):
         self.allocs += 1
-        self.current += nbytes
-        addr = 4096 * self.allocs
-        self.live[addr] = nbytes
+        block = nbytes if block is None else block
+        self.current += block
+        addr = 4096 * self.allocs if addr is None else addr
+        self.live[addr] = block
         if self.recording:
             self.trace.append({"action": "alloc", "addr": addr, "size": nbytes, "frames": []})
         return addr
 
     def free(self, addr):
         self.frees += 1
-        nbytes = self.live.pop(addr)
-        self.current -= nbytes
+        block = self.live.pop(addr)
+        self.current -= block
         if self.recording:
-            self.trace.append({"action": "free_requested", "addr": addr, "size": nbytes, "frames": []})
+            self.trace.append({"action": "free_requested", "addr": addr, "size": block, "frames": []})
+            self.trace.append({"action": "free_completed", "addr": addr, "size": block, "frames": []})
 
     def install(self, monkeypatch):
         class Event:
@@ -578,7 +584,8 @@ class _FakeAllocator:
         monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: None)
         monkeypatch.setattr(torch.cuda.memory, "_record_memory_history", history)
         monkeypatch.setattr(torch.cuda.memory, "_snapshot",
-                            lambda device=None, **kwargs: {"device_traces": [list(self.trace)]})
+                            lambda device=None, **kwargs: {"device_traces": [list(self.trace)],
+                                                           "segments": self.segments})
 
 
 def test_nested_memory_calls_of_two_graphs_each_read_their_whole_call(monkeypatch):
@@ -608,6 +615,110 @@ def test_nested_memory_calls_of_two_graphs_each_read_their_whole_call(monkeypatc
     ma, mb = a.result(), b.result()
     assert (ma.step_peak_bytes, ma.peak_phase) == (350, "backward")  # 100 + B's 50 + 200
     assert (mb.step_peak_bytes, mb.peak_phase) == (80, "backward")  # above the 100 held at its start
+
+
+MiB = 1 << 20
+
+
+def _measure_one_call(gpu, forward, backward):
+    rec = measure.CudaRecorder(torch.device("cuda", 0), 2, "memory")
+    rec.probe("fw_start")
+    kept = forward()
+    rec.probe("fw_end")
+    rec.probe("bw_start")
+    backward(kept)
+    rec.probe("bw_end")
+    return rec.result()
+
+
+def test_the_step_peak_counts_the_blocks_the_allocator_handed_out_not_the_requests(monkeypatch, caplog):
+    """The allocator's statistics (``max_memory_allocated``, which a memory limit is
+    checked against) count blocks: a request rounded up to 512 bytes, or the whole free
+    block where the remainder would be too small to keep apart (up to 1 MiB in the large
+    pool). The measured step peak is in those bytes, rebuilt from the layout at the
+    forward's start."""
+    seg = 1 << 32
+    gpu = _FakeAllocator(segments=[
+        {"device": 0, "address": seg, "total_size": 20 * MiB, "segment_type": "large",
+         "blocks": [{"address": seg, "size": 20 * MiB, "state": "inactive"}]},
+        {"device": 0, "address": seg + 64 * MiB, "total_size": 2 * MiB, "segment_type": "small",
+         "blocks": [{"address": seg + 64 * MiB, "size": 512, "state": "active_allocated"},
+                    {"address": seg + 64 * MiB + 512, "size": 2 * MiB - 512, "state": "inactive"}]}])
+    gpu.install(monkeypatch)
+    gpu.current = 512  # the small block held before
+
+    def forward():
+        a = gpu.alloc(3 * MiB + 100, addr=seg, block=3 * MiB + 512)  # split: 17 MiB - 512 remain
+        # 16.5 MiB of the 17 MiB - 512 left: under 1 MiB would remain, so the whole block
+        b = gpu.alloc(33 * MiB // 2, addr=seg + 3 * MiB + 512, block=17 * MiB - 512)
+        c = gpu.alloc(100, addr=seg + 64 * MiB + 512, block=512)  # small pool: 512 bytes
+        return a, b, c
+
+    def backward(kept):
+        a, b, c = kept
+        # A new 12 MiB segment; 11.5 MiB of it leaves 0.5 MiB: the whole segment is the
+        # block. No phase's count sees it: it is freed before the backward ends.
+        gpu.trace.append({"action": "segment_alloc", "addr": seg + 128 * MiB, "size": 12 * MiB})
+        e = gpu.alloc(23 * MiB // 2, addr=seg + 128 * MiB, block=12 * MiB)
+        gpu.free(e)
+        gpu.free(a)
+        gpu.free(c)
+        d = gpu.alloc(2 * MiB, addr=seg, block=2 * MiB)  # 1 MiB + 512 remain: split
+        gpu.free(d)
+        gpu.free(b)
+
+    with caplog.at_level(logging.INFO, logger="offload_compiler.runtime.history"):
+        m = _measure_one_call(gpu, forward, backward)
+    assert m.step_peak_bytes == 32 * MiB + 512  # requested: 31 MiB + 200 bytes
+    assert m.peak_phase == "backward" and "did not fit" not in caplog.text
+
+
+def test_records_that_do_not_fit_the_layout_add_the_rounding_counted_at_the_phases(monkeypatch, caplog):
+    """Where no layout was read (or the records contradict it), the step peak is the
+    requested bytes plus what the allocator counted beyond them at the phases around
+    the peak, and the log says so."""
+    gpu = _FakeAllocator()  # no segments
+    gpu.install(monkeypatch)
+
+    def forward():
+        return [gpu.alloc(3 * MiB + 100, block=3 * MiB + 512), gpu.alloc(2 * MiB, block=2 * MiB + 700 * 1024)]
+
+    def backward(kept):
+        for addr in kept:
+            gpu.free(addr)
+
+    with caplog.at_level(logging.INFO, logger="offload_compiler.runtime.history"):
+        m = _measure_one_call(gpu, forward, backward)
+    assert m.step_peak_bytes == 5 * MiB + 512 + 700 * 1024  # at the forward's end, exactly
+    assert "did not fit its layout (no segments were read)" in caplog.text
+
+
+def test_blocks_are_rebuilt_from_the_layout_and_records_that_contradict_it_say_where():
+    from offload_compiler.runtime import blocks
+
+    seg = 1 << 32
+    layout = [{"device": 0, "address": seg, "total_size": 20 * MiB,
+               "blocks": [{"address": seg, "size": 20 * MiB, "state": "inactive"}]}]
+    fits = [{"action": "segment_alloc", "addr": seg + 40 * MiB, "size": 2 * MiB},
+            {"action": "alloc", "addr": seg + 40 * MiB, "size": 1000},
+            {"action": "alloc", "addr": seg, "size": 19 * MiB + 1},
+            {"action": "free_requested", "addr": seg + 40 * MiB, "size": 1000},
+            {"action": "free_completed", "addr": seg + 40 * MiB, "size": 1000},
+            {"action": "alloc", "addr": seg + 40 * MiB, "size": 4000}]
+    assert blocks.block_bytes(layout, fits) == [1024, 20 * MiB, 1024, 4096]
+    unfit = {"outside every segment": [{"action": "alloc", "addr": seg + 30 * MiB, "size": 1000}],
+             "inside a held block": [{"action": "alloc", "addr": seg, "size": 15 * MiB},
+                                     {"action": "alloc", "addr": seg + 14 * MiB, "size": MiB}],
+             "where 1048576 are free": [{"action": "alloc", "addr": seg + 19 * MiB, "size": 2 * MiB}],
+             "growing in place": [{"action": "segment_map", "addr": seg + 20 * MiB, "size": 2 * MiB}],
+             "of no held block": [{"action": "free_requested", "addr": seg, "size": 512}]}
+    for why, records in unfit.items():
+        with pytest.raises(blocks.Unfit, match=why):
+            blocks.block_bytes(layout, records)
+    with pytest.raises(blocks.Unfit, match="expandable"):
+        blocks.block_bytes([dict(layout[0], is_expandable=True)], fits)
+    with pytest.raises(blocks.Unfit, match="no segments"):
+        blocks.block_bytes([], fits)
 
 
 def test_a_timed_call_measures_the_hosts_time_and_its_transfer_ops_part(monkeypatch):

@@ -18,6 +18,7 @@ from typing import Any
 import torch
 
 from ..nbytes import nbytes_text
+from . import blocks
 
 log = logging.getLogger(__name__)
 
@@ -28,28 +29,30 @@ MAX_ENTRIES = 1_000_000
 
 
 #: Per device index: the memory recorders between their forward's start and their
-#: backward's end, and the allocation counts when recording began. Graphs split by a
-#: graph break are measured in the same step, their calls nested (A's forward, B's
-#: forward, B's backward, A's backward): recording runs while any of them needs it, and
-#: each reads the records from its own start.
-_recording: dict[int, tuple[weakref.WeakSet, tuple[int, int]]] = {}
+#: backward's end. Graphs split by a graph break are measured in the same step, their
+#: calls nested (A's forward, B's forward, B's backward, A's backward): recording runs
+#: while any of them needs it, and each reads the records from its own start.
+_recording: dict[int, weakref.WeakSet] = {}
 
 
-def join(rec: Any, counts: tuple[int, int]) -> bool:
+def join(rec: Any) -> bool:
+    """Record the allocator's history for ``rec`` from now on; note where its records
+    start (``rec.start``) and the allocator's layout now (``rec.segments``)."""
     index = _index(rec.device)
     if index not in _recording:
         if not _start(rec.device):
             return False
-        _recording[index] = (weakref.WeakSet(), counts)
-    users, (a0, f0) = _recording[index]
-    users.add(rec)
-    rec.offset = (counts[0] - a0) + (counts[1] - f0)
+        _recording[index] = weakref.WeakSet()
+    _recording[index].add(rec)
+    snapshot = torch.cuda.memory._snapshot(rec.device)
+    rec.start = len(snapshot["device_traces"][index])
+    rec.segments = [s for s in snapshot.get("segments", []) if s.get("device", index) == index]
     return True
 
 
 def leave(rec: Any) -> None:
     index = _index(rec.device)
-    users, _ = _recording.get(index, (weakref.WeakSet(), None))
+    users = _recording.get(index, weakref.WeakSet())
     users.discard(rec)
     if not users:
         _recording.pop(index, None)
@@ -72,41 +75,55 @@ def _start(device: torch.device) -> bool:
         return False
 
 
-def trace(device: torch.device) -> list[dict[str, Any]]:
-    """The allocator's recorded allocations and frees on ``device``, oldest first."""
+def trace(rec: Any) -> list[dict[str, Any]]:
+    """The allocator's records on ``rec``'s device since ``rec`` joined, every action,
+    oldest first."""
     try:
-        snapshot = torch.cuda.memory._snapshot(device, augment_with_fx_traces=True)
+        snapshot = torch.cuda.memory._snapshot(rec.device, augment_with_fx_traces=True)
     except TypeError:  # torch without FX-augmented snapshots
-        snapshot = torch.cuda.memory._snapshot(device)
-    trace = snapshot["device_traces"][_index(device)]
-    return [e for e in trace if e["action"] in ("alloc", "free_requested")]
+        snapshot = torch.cuda.memory._snapshot(rec.device)
+    return snapshot["device_traces"][_index(rec.device)][rec.start:]
 
 
 def replay(rec: Any, out: Any) -> None:
     """Replay the allocator's records of the measured call: the peak above what was held
     at the forward's start, counted over the graph's own forward and backward (the
-    memory taken between them, by other graphs, is carried, not counted as a peak), and
-    what was live at it."""
-    trace = rec.trace or []
+    memory taken between them, by other graphs, is carried, not counted as a peak), in
+    the bytes the allocator's statistics count (``blocks``), and what was live at it."""
+    records = rec.trace or []
+    trace = [e for e in records if e["action"] in ("alloc", "free_requested")]
     a0, f0 = rec.counts["fw_start"]
 
     def position(phase: str) -> int:
         a, f = rec.counts[phase]
         return (a - a0) + (f - f0)
 
-    spans = [(0, position("fw_end"), "forward"), (position("bw_start"), position("bw_end"), "backward")]
     base = rec.allocated["fw_start"]
-    current, live, best = base, {}, (0, None, -1)
-    for i, e in enumerate(trace):
-        current += e["size"] if e["action"] == "alloc" else -e["size"]
-        if e["action"] == "alloc":
-            live[e["addr"]] = e
-        else:
-            live.pop(e["addr"], None)
+    counted = {position(p): rec.allocated[p] for p in ("fw_end", "bw_start", "bw_end")}
+    try:
+        sizes, why = blocks.block_bytes(getattr(rec, "segments", None), records), ""
+        if _at(base, _curve(base, trace, sizes), counted) != counted:
+            sizes, why = None, "the rebuilt blocks do not sum to the allocator's counts"
+    except blocks.Unfit as e:
+        sizes, why = None, str(e)
+    curve = _curve(base, trace, sizes or [e["size"] for e in trace])
+    spans = [(0, position("fw_end"), "forward"), (position("bw_start"), position("bw_end"), "backward")]
+    best = (0, None, -1)
+    for i, current in enumerate(curve):
         for lo, hi, phase in spans:
             if lo <= i < hi and current - base > best[0]:
                 best = (current - base, phase, i)
-    out.step_peak_bytes = max(best[0], rec.allocated["fw_end"] - base, 0)
+    peak = best[0]
+    if sizes is None and best[1] is not None:
+        # Requests only: add what the allocator counted beyond them at the phases
+        # around the peak (exact there, an estimate between them).
+        around = ("fw_end",) if best[1] == "forward" else ("bw_start", "bw_end")
+        replayed = _at(base, curve, counted)
+        peak += max([0] + [counted[position(p)] - replayed[position(p)] for p in around])
+        log.info("offload: the allocator's records of call %d did not fit its layout (%s); its "
+                 "step peak %s is requested bytes plus the allocator's rounding at the nearest "
+                 "phases", rec.call, why, nbytes_text(peak))
+    out.step_peak_bytes = max(peak, rec.allocated["fw_end"] - base, 0)
     out.peak_phase = best[1]
     if best[2] < 0:
         return
@@ -118,6 +135,20 @@ def replay(rec: Any, out: Any) -> None:
             live.pop(e["addr"], None)
     largest = sorted(live.values(), key=lambda e: -e["size"])[:HOLDERS]
     out.holders = [f"{nbytes_text(e['size'])} {_where(e.get('frames') or [])}" for e in largest]
+
+
+def _curve(base: int, trace: list[dict[str, Any]], sizes: list[int]) -> list[int]:
+    """The bytes allocated after each record."""
+    out, current = [], base
+    for e, size in zip(trace, sizes):
+        current += size if e["action"] == "alloc" else -size
+        out.append(current)
+    return out
+
+
+def _at(base: int, curve: list[int], counted: dict[int, int]) -> dict[int, int]:
+    """The curve at each position of ``counted`` (position p: after p records)."""
+    return {p: curve[min(p, len(curve)) - 1] if p > 0 and curve else base for p in counted}
 
 
 def _where(frames: list[dict]) -> str:

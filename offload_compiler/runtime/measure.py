@@ -15,8 +15,9 @@ A :class:`Recorder` follows one forward and its backward on the GPU:
 - memory: the CUDA caching allocator's own records (``torch.cuda.memory.
   _record_memory_history``) from the start of the forward to the end of the backward,
   replayed into the step peak above what was held before the forward (the same measure
-  as ``step_peak_bytes``), its phase, and the allocations live at the peak with the
-  source line that made them. Nothing resets the allocator's peak statistics, so a
+  as ``step_peak_bytes``, in the allocator's blocks as ``max_memory_allocated`` counts
+  them: ``blocks``), its phase, and the allocations live at the peak with the source
+  line that made them. Nothing resets the allocator's peak statistics, so a
   user's own ``max_memory_allocated`` readings stay right.
 
 :data:`source` makes recorders; tests replace it (``set_source``) to inject
@@ -148,8 +149,11 @@ class CudaRecorder:
         self.copies: list[tuple[str, str, int, torch.cuda.Event, torch.cuda.Event]] = []
         self.stalls: list[tuple[str, torch.cuda.Event, torch.cuda.Event]] = []
         self.history = False
-        self.offset = 0
-        """Records made before this call's forward started (another graph's call began them)."""
+        self.start = 0
+        """Where this call's records begin in the allocator's history (another graph's
+        call may have begun recording)."""
+        self.segments: list[dict[str, Any]] | None = None
+        """The allocator's segments when this call's forward started (``blocks``)."""
         self.trace: list[dict[str, Any]] | None = None
         """The allocator's records of the call (memory), read when its backward ended."""
         self.host: dict[str, float] = {}  # perf_counter at each phase
@@ -188,12 +192,12 @@ class CudaRecorder:
         stats = torch.cuda.memory_stats(self.device)
         counts = (stats.get("allocation.all.allocated", 0), stats.get("allocation.all.freed", 0))
         if phase == "fw_start" and self.what == "memory":
-            self.history = history.join(self, counts)
+            self.history = history.join(self)
         if phase == "bw_end" and self.history:
             # Read the records and leave the recording now: left on (as they were until the
             # measurement was read, after the timed call), the allocator's Python stacks
             # slow the host in the calls after this one, the timed call among them.
-            self.trace = history.trace(self.device)[self.offset:]
+            self.trace = history.trace(self)
             self._stop_history()
         self.phase = phase
         self.counts[phase] = counts
