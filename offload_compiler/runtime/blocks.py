@@ -52,11 +52,12 @@ class Layout:
         for segment in segments:
             start = segment["address"]
             self.segments[start] = start + segment["total_size"]
-            address = start
+            address = start  # torch without blocks' addresses: they follow one another
             for block in segment["blocks"]:
+                address = block.get("address", address)
                 if block["state"] != "inactive":
-                    self.held[block.get("address", address)] = block["size"]
-                address = block.get("address", address) + block["size"]
+                    self.held[address] = block["size"]
+                address += block["size"]
         self.starts = sorted(self.segments)
         self.addresses = sorted(self.held)
 
@@ -122,8 +123,9 @@ def block_bytes(segments: list[dict[str, Any]] | None, records: list[dict[str, A
             layout.release(e["addr"])
         elif action == "segment_alloc":
             layout.add_segment(e["addr"], e["size"])
-        elif action in ("segment_free", "segment_unmap"):
+        elif action == "segment_free":
             layout.remove_segment(e["addr"])
-        elif action == "segment_map":
-            raise Unfit("a segment growing in place")
+        elif action in ("segment_map", "segment_unmap"):  # expandable segments only
+            raise Unfit("a segment growing in place" if action == "segment_map"
+                        else "a segment shrinking in place")
     return out

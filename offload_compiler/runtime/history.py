@@ -100,13 +100,8 @@ def replay(rec: Any, out: Any) -> None:
 
     base = rec.allocated["fw_start"]
     counted = {position(p): rec.allocated[p] for p in ("fw_end", "bw_start", "bw_end")}
-    try:
-        sizes, why = blocks.block_bytes(getattr(rec, "segments", None), records), ""
-        if _at(base, _curve(base, trace, sizes), counted) != counted:
-            sizes, why = None, "the rebuilt blocks do not sum to the allocator's counts"
-    except blocks.Unfit as e:
-        sizes, why = None, str(e)
-    curve = _curve(base, trace, sizes or [e["size"] for e in trace])
+    sizes, why = _block_sizes(rec, records, trace, counted)
+    curve = _curve(base, trace, sizes if sizes is not None else [e["size"] for e in trace])
     spans = [(0, position("fw_end"), "forward"), (position("bw_start"), position("bw_end"), "backward")]
     best = (0, None, -1)
     for i, current in enumerate(curve):
@@ -135,6 +130,21 @@ def replay(rec: Any, out: Any) -> None:
             live.pop(e["addr"], None)
     largest = sorted(live.values(), key=lambda e: -e["size"])[:HOLDERS]
     out.holders = [f"{nbytes_text(e['size'])} {_where(e.get('frames') or [])}" for e in largest]
+
+
+def _block_sizes(rec: Any, records: list[dict[str, Any]], trace: list[dict[str, Any]],
+                 counted: dict[int, int]) -> tuple[list[int] | None, str]:
+    """Each of ``trace``'s records in the allocator's blocks, rebuilt from the layout at
+    the forward's start and checked against the allocator's counts at the phases; or
+    ``None`` and why not."""
+    try:
+        sizes = blocks.block_bytes(rec.segments, records)
+    except blocks.Unfit as e:
+        return None, str(e)
+    base = rec.allocated["fw_start"]
+    if _at(base, _curve(base, trace, sizes), counted) != counted:
+        return None, "the rebuilt blocks do not sum to the allocator's counts"
+    return sizes, ""
 
 
 def _curve(base: int, trace: list[dict[str, Any]], sizes: list[int]) -> list[int]:
