@@ -211,6 +211,8 @@ class MeasuredGraph:
         log.info("offload: measured %s", plan.measured_text())
         for holder in timed.holders:
             log.debug("offload: graph %d: at the measured peak: %s", plan.graph_id, holder)
+        for holder in plan.predicted_holders():
+            log.debug("offload: graph %d: at the predicted peak: %s", plan.graph_id, holder)
         _dump_measured(plan)
         if self.previous is not None:
             _, before, before_corrections = self.previous
@@ -332,6 +334,7 @@ def _dump_measured(plan: GraphPlan) -> None:
             json.dump({"schema_version": 1, "graph_id": plan.graph_id,
                        "measured": plan.measured.as_dict(),
                        "predicted": plan.predicted.as_dict() if plan.predicted else None,
+                       "predicted_holders": plan.predicted_holders(),
                        "corrections": plan.corrections}, f, indent=1)
         if plan.measured.events and plan.simulation is not None:
             trace = timeline.chrome_trace(plan, title=f"offload plan, graph {plan.graph_id}",

@@ -20,7 +20,8 @@ import torch
 
 import offload_compiler
 from offload_compiler.models.gpt import GPT, make_batch, preset
-from offload_compiler.offline import PROFILES, load_profile
+from offload_compiler.config import OffloadConfig
+from offload_compiler.offline import PROFILES, load_profile, trace_and_plan
 from offload_compiler.reporting import tables
 from offload_compiler.reporting.explain_cli import split_inputs
 from offload_compiler.reporting.inspect_dump import main_inspect
@@ -150,6 +151,32 @@ def test_plan_offline_plans_a_meta_model_for_cuda_in_loopback_on_a_cpu():
     assert report.graphs and any(d["decision"] != "keep" for d in report.decisions)
     assert report.graphs[0].predicted["step_ms"] < 1.0  # an H100's rates, not the CPU profile's
     assert all(p.is_meta for p in model.parameters())
+
+
+def test_predicted_holders_say_what_makes_the_simulated_step_peak():
+    cfg = preset("tiny")
+    with torch.device("meta"):
+        model = GPT(cfg)
+    options = {"min_offload_bytes": 0, "memory_budget": 0.5, "devices": ("cpu",), "hardware": PROFILES["h100"]}
+    torch._dynamo.reset()
+    plan, = trace_and_plan(model, make_batch(cfg), {}, OffloadConfig.from_options(options),
+                           device=torch.device("cpu"))
+    activations, *live = plan.simulation.step_peak_holders
+    assert activations + sum(h.nbytes for h in live) == plan.predicted.step_peak_bytes
+    lines = plan.predicted_holders(most=3)
+    assert lines[0] == f"{nbytes_text(activations)} activations saved for backward (kept, reloaded or recomputed)"
+    assert len(lines) == 1 + min(3, len(live)) and len(live) >= 3
+    # Each names its node, module, phase and source line, largest first.
+    first = plan.simulation.origins.op(live[0].first)
+    assert lines[1].startswith(f"{nbytes_text(live[0].nbytes)} {first.node} (")
+    assert ("backward" if plan.simulation.origins.in_backward(live[0].first) else "forward") in lines[1]
+    assert all(re.search(r"\.py:\d+ in ", line) for line in lines[1:])
+    # explain prints them under each graph's summary.
+    report = offload_compiler.plan_offline(model, *make_batch(cfg), device="cuda", options={"memory_budget": 0.5})
+    text = str(report)
+    assert report.graphs[0].peak_holders[0].endswith("activations saved for backward (kept, reloaded or recomputed)")
+    assert "\nat the predicted step peak:\n  " + report.graphs[0].peak_holders[0] in text
+    assert max(map(len, text.splitlines())) <= tables.TABLE_WIDTH
 
 
 def test_profiles_by_name_file_or_dict_and_what_is_wrong_with_a_bad_one(tmp_path):

@@ -6,7 +6,7 @@ import pytest
 
 from offload_compiler.decision import KEEP, OFFLOAD, RECOMPUTE, Decision
 from offload_compiler.planning.simulator import Lanes, SimTensor, simulate
-from offload_compiler.planning.step_peak import Transient, held_for_reuse
+from offload_compiler.planning.step_peak import Transient, held_for_reuse, step_peak_of
 from offload_compiler.planning.solver import Option, solve
 
 MB = 10**6
@@ -323,6 +323,32 @@ def test_no_reuse_across_forward_and_backward_or_between_keys_or_flags():
     assert held_for_reuse(inplace, [0] * 4, n_fw=4) == [0, 2, 3]
     output = [_pool(MB, 0, 0, pooled=False), _pool(MB, 2, 2), Transient(8 * MB, 3, 3)]
     assert held_for_reuse(output, [0] * 4, n_fw=4) == [0, 2, 3]
+
+
+def test_a_kernels_workspace_is_outside_inductors_estimate_so_it_does_not_stop_a_reuse():
+    # P dies after op 0, Q (same key) is allocated at op 3; the graph's estimated peak is
+    # R's 6 MB at op 4. Op 1 also holds a 4 MB workspace, allocated inside its kernel:
+    # counted in the step peak, never in Inductor's estimate, so P is still held.
+    spans = [_pool(4 * MB, 0, 0), _pool(4 * MB, 3, 3), Transient(6 * MB, 4, 4)]
+    workspace = Transient(4 * MB, 1, 1, workspace=True)
+    assert held_for_reuse(spans + [workspace], [0] * 5, n_fw=5) == [2, 3, 4, 1]
+    # The same 4 MB as a value Inductor allocates would lift op 1 to 8 MB with P held.
+    assert held_for_reuse(spans + [Transient(4 * MB, 1, 1)], [0] * 5, n_fw=5) == [0, 3, 4, 1]
+
+
+def test_the_step_peaks_holders_name_what_is_live_there_and_sum_to_it():
+    # Two ops of 1 ms. Activations: 2 MB from the start. Transients: A (3 MB, op 0),
+    # B (5 MB, ops 0-1), a 1 MB workspace in op 1; C (4 MB) in op 1 takes A's buffer.
+    spans = [_pool(3 * MB, 0, 0), Transient(5 * MB, 0, 1), Transient(MB, 1, 1, workspace=True),
+             _pool(3 * MB, 1, 1)]
+    holders = []
+    peak, _ = step_peak_of([(0.0, 0, 2 * MB)], spans, [(0.0, 1.0), (1.0, 2.0)], 2, [0, 0], holders)
+    activations, *live = holders
+    assert peak == 11 * MB and activations + sum(h.nbytes for h in live) == peak
+    assert activations == 2 * MB
+    assert [(h.nbytes, h.first, h.workspace) for h in live] == [(5 * MB, 0, False), (3 * MB, 1, False),
+                                                               (MB, 1, True)]
+    assert step_peak_of([(0.0, 0, 2 * MB)], spans, [(0.0, 1.0), (1.0, 2.0)], 2, [0, 0]) == (peak, _)
 
 
 def test_inductors_estimate_counts_host_copies_so_an_offload_plan_holds_more():

@@ -158,7 +158,7 @@ def step_transients(fw: Liveness, bw: Liveness, num_fwd_outputs: int) -> list[Tr
             at = live.pos[node]
             scratch = workspace_bytes(node)
             if scratch:
-                out.append(Transient(scratch, at, at))
+                out.append(Transient(scratch, at, at, workspace=True))
             if is_view_or_getitem(node) or not is_materialized(node) or node in live.deferred:
                 continue  # a deferred matmul writes into its add's output
             val = node.meta.get("val")

@@ -54,6 +54,20 @@ class Transient(NamedTuple):
     pooled: bool = False
     """Inductor frees it after ``last`` into the pool (not a graph output, not an
     input written over in place)."""
+    workspace: bool = False
+    """Memory op ``first`` allocates for its own use while it runs (not a value)."""
+
+
+class Holder(NamedTuple):
+    """A transient live at the simulated step peak (``SimResult.step_peak_holders``):
+    written by op ``first``, held to the end of op ``until`` (past its last read where
+    Inductor's pool keeps it for a later buffer)."""
+
+    nbytes: int
+    first: int
+    last: int
+    until: int
+    workspace: bool = False
 
 
 _TIME, _DELTA = operator.itemgetter(0), operator.itemgetter(1)
@@ -62,13 +76,14 @@ _TIME, _DELTA = operator.itemgetter(0), operator.itemgetter(1)
 def levels_of(changes: list[tuple[float, int]], outs: list[int], bw_order: int, fw_end: float, *,
               in_order: bool, record: bool, op_span: list[tuple[float, float]] | None,
               transients: list | None, offloaded: list[Any], reload_before: dict[str, int],
-              n_fw: int) -> tuple[int, float, int, int, list, int, float]:
+              n_fw: int, holders: list | None = None) -> tuple[int, float, int, int, list, int, float]:
     """The simulator's memory figures from its memory ``changes`` (``(time_ms, bytes)``
     in the order made; ``outs``: which are backward outputs; from ``bw_order`` on,
     backward's): ``(peak, peak_time, end_of_forward, between, curve, step_peak,
     step_peak_time)``. ``between`` is what is held after forward's last change; the
     step peak (with ``op_span`` and ``transients``) counts the host copies of
-    ``offloaded`` tensors as Inductor's estimate does (module docstring)."""
+    ``offloaded`` tensors as Inductor's estimate does (module docstring). ``holders``:
+    a list to fill with what is live at the step peak (:func:`step_peak_of`)."""
     times, deltas = list(map(_TIME, changes)), list(map(_DELTA, changes))
     order = None if in_order else sorted(range(len(changes)), key=times.__getitem__)  # stable
     if order is not None:
@@ -98,15 +113,17 @@ def levels_of(changes: list[tuple[float, int]], outs: list[int], bw_order: int, 
                 host[op] += x.nbytes
         skip = set(outs)
         activations = [(time_ms, j, delta) for j, (time_ms, delta) in enumerate(changes) if j not in skip]
-        step_peak, step_peak_t = step_peak_of(activations, transients, op_span, n_fw, host)
+        step_peak, step_peak_t = step_peak_of(activations, transients, op_span, n_fw, host, holders)
     return peak, peak_t, end_fw, between, curve, step_peak, step_peak_t
 
 
-def step_peak_of(mem_deltas, transients, op_span, n_fw, host) -> tuple[int, float]:
+def step_peak_of(mem_deltas, transients, op_span, n_fw, host, holders: list | None = None) -> tuple[int, float]:
     """Peak and its time of the activation deltas (without the backward outputs while
     their op runs: ``transients`` hold those longer) plus ``transients``, each held
     until the buffer that reuses it is allocated (:func:`held_for_reuse`; ``host``:
-    host bytes per op that Inductor's estimate counts besides)."""
+    host bytes per op that Inductor's estimate counts besides). ``holders`` (the final
+    plan's simulation only: it costs a second pass): filled with the activation bytes
+    held at the peak, then a :class:`Holder` per transient live there, largest first."""
     last = len(op_span) - 1
     spans = [Transient(*t) for t in transients if t[0] > 0 and 0 <= t[1] <= last]
     spans = [t._replace(last=min(max(t.last, t.first), last)) for t in spans]
@@ -117,12 +134,37 @@ def step_peak_of(mem_deltas, transients, op_span, n_fw, host) -> tuple[int, floa
         deltas.append((op_span[t.first][0], t.nbytes))
         deltas.append((op_span[until][1], -t.nbytes))
     deltas.sort()  # at one instant, frees (negative) first
-    held, peak, peak_t = 0, 0, 0.0
-    for time_ms, delta in deltas:
+    held, peak, peak_t, at = 0, 0, 0.0, -1
+    for i, (time_ms, delta) in enumerate(deltas):
         held += delta
         if held > peak:
-            peak, peak_t = held, time_ms
+            peak, peak_t, at = held, time_ms, i
+    if holders is not None and at >= 0:
+        holders.extend(_live_at(at, deltas, mem_deltas, spans, extended, op_span))
     return peak, peak_t
+
+
+def _live_at(at: int, deltas: list[tuple[float, int]], mem_deltas, spans: list[Transient],
+             until: list[int], op_span) -> list:
+    """What :func:`step_peak_of`'s sorted ``deltas`` hold after their ``at``-th: the
+    activation bytes, then each transient live, as a :class:`Holder`, largest first.
+    Replays that sort with each delta tagged by its source: the same sums (of equal
+    deltas at one instant, either may be the one named)."""
+    tagged = sorted([(time_ms, delta, -1) for time_ms, _, delta in mem_deltas]
+                    + [(op_span[t.first][0], t.nbytes, i) for i, t in enumerate(spans)]
+                    + [(op_span[u][1], -t.nbytes, i) for i, (t, u) in enumerate(zip(spans, until))],
+                    key=lambda d: (d[0], d[1]))
+    activations, live = 0, set()
+    for time_ms, delta, source in tagged[:at + 1]:
+        if source < 0:
+            activations += delta
+        elif delta > 0:
+            live.add(source)
+        else:
+            live.discard(source)
+    found = [Holder(spans[i].nbytes, spans[i].first, spans[i].last, until[i], spans[i].workspace)
+             for i in live]
+    return [activations] + sorted(found, key=lambda h: (-h.nbytes, h.first))
 
 
 def _held_per_op(deltas: list[tuple[float, int]], op_span) -> list[int]:
@@ -150,6 +192,8 @@ def held_for_reuse(spans: list[Transient], base: list[int], n_fw: int) -> list[i
     n = len(base)
     est = list(base)
     for t in spans:
+        if t.workspace:  # allocated inside a kernel: Inductor's estimate never sees it
+            continue
         for op in range(t.first, t.last + 1):
             est[op] += t.nbytes
     until = [t.last for t in spans]

@@ -41,6 +41,8 @@ class GraphReport:
     table: str
     """The decision table as printed (``Report.top`` rows per section)."""
     note: str = ""
+    peak_holders: list[str] = field(default_factory=list)
+    """What the predicted step peak is made of (``GraphPlan.predicted_holders``)."""
 
 
 @dataclass
@@ -76,14 +78,20 @@ class Report:
                 "offload_compiler: no graph needed a backward pass; nothing to decide")
         parts = [self.header, ""] if self.header else []
         for g in self.graphs:
-            parts += [g.summary, "", g.table, ""]
+            parts += [g.summary, ""]
+            if g.peak_holders:
+                parts += ["at the predicted step peak:"]
+                parts += [textwrap.fill(h, fmt.TABLE_WIDTH, initial_indent="  ", subsequent_indent="    ")
+                          for h in g.peak_holders] + [""]
+            parts += [g.table, ""]
         return "\n".join(parts).rstrip()
 
 
 def report_of(plans: list[GraphPlan], top: int | None = None, header: str = "") -> Report:
     top = fmt.check_top(top)
     return Report([GraphReport(p.graph_id, fmt.decision_dicts(p), p.predicted.as_dict() if p.predicted else {},
-                               fmt.summary_text(p), fmt.decision_table(p, top=top), p.note) for p in plans],
+                               fmt.summary_text(p), fmt.decision_table(p, top=top), p.note,
+                               p.predicted_holders(top or 10)) for p in plans],
                   top=top, header=header)
 
 

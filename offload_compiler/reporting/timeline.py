@@ -101,6 +101,10 @@ class Origins:
             found = self._ops[index] = Origin.of(node, backward)
         return found
 
+    def in_backward(self, index: int) -> bool:
+        """Whether op ``index`` is a backward op."""
+        return index >= len(self._fw)
+
     def tensor(self, name: str) -> Origin | None:
         """The forward node that produced the saved value ``name``."""
         index = self._names().get(name)
