@@ -167,9 +167,9 @@ def test_predicted_holders_say_what_makes_the_simulated_step_peak():
     assert lines[0] == f"{nbytes_text(activations)} activations saved for backward (kept, reloaded or recomputed)"
     assert len(lines) == 1 + min(3, len(live)) and len(live) >= 3
     # Each names its node, module, phase and source line, largest first.
-    first = plan.simulation.origins.op(live[0].first)
+    first = plan.simulation.origins.op(live[0].op)
     assert lines[1].startswith(f"{nbytes_text(live[0].nbytes)} {first.node} (")
-    assert ("backward" if plan.simulation.origins.in_backward(live[0].first) else "forward") in lines[1]
+    assert ("backward" if plan.simulation.origins.in_backward(live[0].op) else "forward") in lines[1]
     assert all(re.search(r"\.py:\d+ in ", line) for line in lines[1:])
     # explain prints them under each graph's summary.
     report = offload_compiler.plan_offline(model, *make_batch(cfg), device="cuda", options={"memory_budget": 0.5})

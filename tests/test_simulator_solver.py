@@ -346,8 +346,8 @@ def test_the_step_peaks_holders_name_what_is_live_there_and_sum_to_it():
     activations, *live = holders
     assert peak == 11 * MB and activations + sum(h.nbytes for h in live) == peak
     assert activations == 2 * MB
-    assert [(h.nbytes, h.first, h.workspace) for h in live] == [(5 * MB, 0, False), (3 * MB, 1, False),
-                                                               (MB, 1, True)]
+    assert [(h.nbytes, h.op, h.first, h.workspace) for h in live] == [
+        (5 * MB, 0, 0, False), (3 * MB, 1, 1, False), (MB, 1, 1, True)]
     assert step_peak_of([(0.0, 0, 2 * MB)], spans, [(0.0, 1.0), (1.0, 2.0)], 2, [0, 0]) == (peak, _)
 
 

@@ -34,6 +34,14 @@ from passes.keep_matmuls_early import addmm_target
 
 from .simulator import Transient
 
+#: Inductor's limits on fusing kernels that only read a buffer in common: the readers
+#: of one buffer after each that it tries (``config.max_fusion_buffer_group_pairwise_attempts``),
+#: how far apart in its order of kernels two may be (``Scheduler.are_long_distant_nodes``)
+#: and how many one fused kernel may hold (``config.max_fusion_size``).
+FUSION_ATTEMPTS = 64
+FUSION_DISTANCE = 64
+FUSION_SIZE = 64
+
 
 def _numel(val) -> int:
     return (numel_hint(val) or 0) if isinstance(val, torch.Tensor) else 0
@@ -69,14 +77,93 @@ class Liveness:
                 self.end[node] = at
             else:
                 self.end[node] = max([at] + [self.end[u] for u in node.users if u in self.end])
+        self.early: dict[fx.Node, int] = self._fused_early()
+        """A value Inductor writes before its own position -> where (:meth:`_fused_early`)."""
         self.inplace: dict[int, fx.Node] = {}
         """Op position -> the input buffer its output is written over."""
         for node in nodes:
-            if is_view_or_getitem(node) or is_extern(node) or not is_materialized(node):
+            if (is_view_or_getitem(node) or is_extern(node) or not is_materialized(node)
+                    or node in self.early):
                 continue
             reused = self._reusable_input(node, donated)
             if reused is not None:
                 self.inplace[self.pos[node]] = reused
+
+    def written_at(self, node: fx.Node) -> int:
+        """Where Inductor writes ``node``'s buffer: its position, or earlier where its
+        kernel is fused with an earlier one (:attr:`early`)."""
+        return self.early.get(node, self.pos[node])
+
+    def _fused_early(self) -> dict[fx.Node, int]:
+        """Values Inductor computes before their position in the graph, and where.
+
+        Inductor fuses pointwise kernels that read a buffer in common and iterate over
+        as many elements, where neither depends on the other (``Scheduler.can_fuse``,
+        within the ``FUSION_*`` limits), and runs the fused
+        kernel at its earliest member's place, after every op its members depend on
+        (``topological_sort_schedule`` pulls those forward). So a later member, and
+        what it depends on past that place, is written there. On an H100, HF Llama's
+        backward with its MLP recomputed: the recomputed ``silu(gate) * up`` and the
+        gradients of gate and up ran as one kernel after the matmul of the output's
+        gradient, six buffers of the MLP's width live at once where the graph's order
+        has five (``benchmarks/RESULTS.md``, session 28)."""
+        index = {n: i for i, n in enumerate(self.nodes)}
+        above: dict[fx.Node, int] = {}  # ancestors among ``nodes``, as a bit mask
+        for n in self.nodes:
+            bits = 0
+            for a in n.all_input_nodes:
+                if a in index:
+                    bits |= above[a] | (1 << index[a])
+            above[n] = bits
+        kernels = [n for n in self.nodes if self.end.get(n) == self.pos[n] and n not in self.deferred
+                   and not is_view_or_getitem(n) and not is_extern(n) and not _reduces(n)
+                   and is_materialized(n)]
+        readers: dict[fx.Node, list[fx.Node]] = {}
+        for n in kernels:
+            for buf in self._kernel_inputs(n):
+                readers.setdefault(buf, []).append(n)
+        # Inductor's order of its kernels: what it measures distance in.
+        order = {n: k for k, n in enumerate(n for n in self.nodes if self.end.get(n) == self.pos[n])}
+        group = {n: n for n in kernels}  # union-find: each kernel's fused group
+        members = {n: 1 << index[n] for n in kernels}
+        needs = {n: above[n] for n in kernels}  # what a group depends on
+        span = {n: (order[n], order[n], 1) for n in kernels}  # first, last (kernel order), size
+
+        def root(n: fx.Node) -> fx.Node:
+            while group[n] is not n:
+                group[n] = group[group[n]]
+                n = group[n]
+            return n
+
+        for reading in readers.values():
+            for i, a in enumerate(reading):
+                for b in reading[i + 1:i + 1 + FUSION_ATTEMPTS]:
+                    ra, rb = root(a), root(b)
+                    if (ra is rb or _numel(a.meta.get("val")) != _numel(b.meta.get("val"))
+                            or needs[ra] & members[rb] or needs[rb] & members[ra]):
+                        continue
+                    (lo_a, hi_a, n_a), (lo_b, hi_b, n_b) = span[ra], span[rb]
+                    if max(abs(lo_a - hi_b), abs(lo_b - hi_a)) > FUSION_DISTANCE or n_a + n_b > FUSION_SIZE:
+                        continue
+                    group[rb] = ra
+                    members[ra] |= members[rb]
+                    needs[ra] |= needs[rb]
+                    span[ra] = (min(lo_a, lo_b), max(hi_a, hi_b), n_a + n_b)
+        early: dict[fx.Node, int] = {}
+        for n in kernels:
+            r = root(n)
+            first = (members[r] & -members[r]).bit_length() - 1  # the earliest member
+            if index[n] == first:
+                continue
+            at = self.pos[self.nodes[first]]
+            early[n] = at
+            pulled = above[n] >> (first + 1)
+            while pulled:  # what it depends on past that place is pulled forward with it
+                low = pulled & -pulled
+                dep = self.nodes[first + low.bit_length()]
+                early[dep] = min(early.get(dep, at), at)
+                pulled ^= low
+        return early
 
     def last_read(self, node: fx.Node) -> int:
         """Position of the last kernel that reads ``node``'s storage (through views
@@ -169,13 +256,14 @@ def step_transients(fw: Liveness, bw: Liveness, num_fwd_outputs: int) -> list[Tr
             output = live.read_by_output(node)
             if output and (live is bw or _is_model_output(node, num_fwd_outputs)):
                 last = end
-            first = at + 1 if at in live.inplace else at
+            first = at + 1 if at in live.inplace else live.written_at(node)
             if first > last:
                 continue
             single = isinstance(val, torch.Tensor)
             key = f"{dtype_of(node)}:{nbytes}" if single else ""
-            out.append(Transient(nbytes, first, last, key=key, allocates=first == at,
-                                 pooled=not output and node not in overwritten))
+            out.append(Transient(nbytes, first, last, key=key, allocates=at not in live.inplace,
+                                 pooled=not output and node not in overwritten,
+                                 op=at if first < at else -1))
     return out
 
 

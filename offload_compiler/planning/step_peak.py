@@ -56,14 +56,18 @@ class Transient(NamedTuple):
     input written over in place)."""
     workspace: bool = False
     """Memory op ``first`` allocates for its own use while it runs (not a value)."""
+    op: int = -1
+    """The op whose value it is, where Inductor writes it earlier than that op's place
+    (``liveness.Liveness.early``); -1: op ``first``'s."""
 
 
 class Holder(NamedTuple):
     """A transient live at the simulated step peak (``SimResult.step_peak_holders``):
-    written by op ``first``, held to the end of op ``until`` (past its last read where
-    Inductor's pool keeps it for a later buffer)."""
+    op ``op``'s value (or workspace), written at op ``first``, held to the end of op
+    ``until`` (past its last read where Inductor's pool keeps it for a later buffer)."""
 
     nbytes: int
+    op: int
     first: int
     last: int
     until: int
@@ -162,8 +166,8 @@ def _live_at(at: int, deltas: list[tuple[float, int]], mem_deltas, spans: list[T
             live.add(source)
         else:
             live.discard(source)
-    found = [Holder(spans[i].nbytes, spans[i].first, spans[i].last, until[i], spans[i].workspace)
-             for i in live]
+    found = [Holder(spans[i].nbytes, spans[i].op if spans[i].op >= 0 else spans[i].first, spans[i].first,
+                    spans[i].last, until[i], spans[i].workspace) for i in live]
     return [activations] + sorted(found, key=lambda h: (-h.nbytes, h.first))
 
 

@@ -214,20 +214,22 @@ class GraphPlan:
     def predicted_holders(self, most: int = 10) -> list[str]:
         """What the simulated step peak is made of, as the measured ``holders`` are said:
         the activations held there, then the ``most`` largest other tensors live there
-        (op, module, source line; where Inductor's pool holds one past its last read,
-        until which op). Empty without a recorded simulation."""
+        (op, module, source line; where Inductor writes one early, in a kernel fused with
+        an earlier op's, which; where its pool holds one past its last read, until which
+        op). Empty without a recorded simulation."""
         sim = self.simulation
         if sim is None or not sim.step_peak_holders or sim.origins is None:
             return []
         activations, *others = sim.step_peak_holders
         out = [f"{nbytes_text(activations)} activations saved for backward (kept, reloaded or recomputed)"]
         for h in others[:most]:
-            origin = sim.origins.op(h.first)
-            phase = "backward" if sim.origins.in_backward(h.first) else "forward"
+            origin = sim.origins.op(h.op)
+            phase = "backward" if sim.origins.in_backward(h.op) else "forward"
             what = (f"{'workspace of ' if h.workspace else ''}{origin.node} ({origin.label}, {phase}"
                     + (f", {origin.source})" if origin.source else ")"))
-            held = (f", held in Inductor's pool until {sim.origins.op(h.until).node}"
-                    if h.until > h.last else "")
+            held = (f", written early with {sim.origins.op(h.first).node}" if h.first < h.op else "")
+            held += (f", held in Inductor's pool until {sim.origins.op(h.until).node}"
+                     if h.until > h.last else "")
             out.append(f"{nbytes_text(h.nbytes)} {what}{held}")
         return out
 
