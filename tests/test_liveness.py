@@ -144,3 +144,62 @@ def test_attention_backward_holds_an_fp32_accumulator_for_the_query_gradient():
     live = Liveness(nodes)
     at = live.pos[backward[0]]
     assert (4 * 2 * 4 * 64 * 16, at, at) in {t[:3] for t in step_transients(live, Liveness([], len(nodes)), 1)}
+
+
+def _swiglu_backward(gate_in, up_in, g_out, w_down, x):
+    # A SwiGLU MLP's backward with gate and up recomputed, in the order a graph lists it:
+    # the recomputed product, its weight gradient, then the output's gradient and the
+    # gradients of up and gate (as in HF Llama's backward, session 28).
+    gate, up = x @ gate_in, x @ up_in
+    act = torch.nn.functional.silu(gate) * up            # read by the down weight's matmul
+    w_grad = g_out.t() @ act
+    g_act = g_out @ w_down                                # the output's gradient
+    g_up = g_act * torch.nn.functional.silu(gate)         # reads gate, like act
+    sig = torch.sigmoid(gate.float())
+    g_gate = (g_act.float() * up.float() * sig * (1 + gate.float() * (1 - sig))).to(torch.bfloat16)
+    return w_grad, g_up.t() @ x, g_gate.t() @ x
+
+
+def test_kernels_inductor_fuses_are_written_at_the_first_ones_place():
+    shapes = ((32, 64), (32, 64), (16, 32), (32, 64), (16, 32))
+    gm, nodes, by = _graph(_swiglu_backward, *shapes)
+    live = Liveness(nodes)
+    act = [n for n in nodes if n.target == torch.ops.aten.mul.Tensor and live.end[n] == live.pos[n]][0]
+    g_act = by["mm_3"]  # g_out @ w_down, after act's weight gradient (mm_2) in the graph
+    assert live.pos[g_act] > live.pos[by["mm_2"]] > live.pos[act]
+    # act, g_up and g_gate read gate (or up) and run as one kernel at act's place, with
+    # the matmul of the output's gradient pulled before it.
+    later = [n for n in live.early if live.end[n] == live.pos[n] and n is not g_act]
+    assert len(later) == 2 and all(live.written_at(n) == live.pos[act] for n in later)
+    assert live.written_at(g_act) == live.pos[act] and live.written_at(act) == live.pos[act]
+    # So the six 16x64 buffers (gate, up, act, g_act, g_up, g_gate) are live at once there.
+    at = live.pos[act]
+    spans = step_transients(live, Liveness([], len(nodes)), 3)
+    live_there = [t for t in spans if t.first <= at <= t.last and t.nbytes == 16 * 64 * 2]
+    assert len(live_there) == 6
+    assert {t.op for t in live_there if t.op >= 0} == {live.pos[n] for n in (*later, g_act)}
+
+
+def test_no_early_write_for_dependent_or_distant_kernels(monkeypatch):
+    from offload_compiler.planning import liveness
+
+    def chained(a, b, w, w2):
+        y = torch.nn.functional.silu(a) * b        # read by a matmul: its own kernel
+        z = (y @ w) * torch.nn.functional.silu(a)  # reads a too, but depends on y
+        return z @ w2
+
+    gm, nodes, by = _graph(chained, (16, 32), (16, 32), (32, 32), (32, 8))
+    assert Liveness(nodes).early == {}  # fusing z with y would make a cycle through the matmul
+    shapes = ((32, 64), (32, 64), (16, 32), (32, 64), (16, 32))
+    gm, nodes, by = _graph(_swiglu_backward, *shapes)
+    kernels = [n for n in nodes if Liveness(nodes).end[n] == Liveness(nodes).pos[n]]
+    act, g_up, g_gate = (n for n in kernels if n.target in (torch.ops.aten.mul.Tensor,
+                                                             torch.ops.aten._to_copy.default))
+    # Kernels further apart in Inductor's order of kernels than it fuses stay apart: at
+    # a distance of 1, g_gate (next to g_up) is fused with g_up, act (three away) is not.
+    monkeypatch.setattr(liveness, "FUSION_DISTANCE", 1)
+    live = Liveness(nodes)
+    assert kernels.index(g_gate) - kernels.index(g_up) == 1 and kernels.index(g_up) - kernels.index(act) == 3
+    assert act not in live.early and g_up not in live.early and live.written_at(g_gate) == live.pos[g_up]
+    monkeypatch.setattr(liveness, "FUSION_DISTANCE", 0)
+    assert Liveness(nodes).early == {}
