@@ -3,7 +3,7 @@ what the planner predicted there. Throwaway probe, kept with the results it made
 
     PYTHONPATH=$PWD python benchmarks/results/2026-11-25_s28_peak_probe.py FACTORY OPTIONS_JSON [STEPS]
 
-Compiles ``benchmarks/zoo_models.FACTORY`` (``llama``: cast to bf16; on CUDA where there is one) whole with the offload backend and
+Compiles ``benchmarks/zoo_models.FACTORY`` (``llama``, ``gpt``: cast to bf16; on CUDA where there is one) whole with the offload backend and
 ``OPTIONS_JSON``, runs STEPS training steps (SGD), and prints, per plan: predicted and
 measured step peak and time, the op at the predicted step peak, and the 30 largest
 allocations live at the measured peak (the backend's own record, ``runtime/history``).
@@ -25,7 +25,7 @@ name, options = sys.argv[1], json.loads(sys.argv[2])
 steps = int(sys.argv[3]) if len(sys.argv) > 3 else 6
 dev = "cuda" if torch.cuda.is_available() else "cpu"
 model, batch = getattr(zoo_models, name)()
-model = model.to(dev, torch.bfloat16 if name == "llama" else None)
+model = model.to(dev, torch.bfloat16 if name in ("llama", "gpt") else None)
 batch = [b.to(dev) for b in batch]
 sync = torch.cuda.synchronize if dev == "cuda" else (lambda: None)
 backend = offload_compiler.make_backend(options)
