@@ -203,3 +203,31 @@ def test_no_early_write_for_dependent_or_distant_kernels(monkeypatch):
     assert act not in live.early and g_up not in live.early and live.written_at(g_gate) == live.pos[g_up]
     monkeypatch.setattr(liveness, "FUSION_DISTANCE", 0)
     assert Liveness(nodes).early == {}
+
+
+def _residual_stream(x, w):
+    # Six pre-norm blocks: each add is read by the next norm's statistics, its
+    # normalisation and the next add (as ViT-B/16's and HF Llama's residual streams).
+    h = x
+    for _ in range(6):
+        scale = torch.rsqrt(h.float().pow(2).mean(-1, keepdim=True) + 1e-6)
+        h = h + ((h.float() * scale).to(torch.bfloat16) @ w)
+    return h
+
+
+def test_inductor_writes_a_reused_value_once_its_inlined_reads_pass_four():
+    gm, nodes, by = _graph(_residual_stream, (16, 32), (32, 32))
+    live = Liveness(nodes)
+    adds = [n for n in nodes if n.target == torch.ops.aten.add.Tensor and n.args[1] in
+            [m for m in nodes if m.target == torch.ops.aten.mm.default]]
+    assert len(adds) == 6
+    # The first add reads x and a matmul; each inlines the one before, so the fourth
+    # reads five buffers (x and four matmuls) and is written; the count starts again.
+    assert [a in live.realized for a in adds] == [False, False, False, True, False, False]
+    # Every matmul before it is read by the kernel that writes it, not held to the end.
+    mm = [n for n in nodes if n.target == torch.ops.aten.mm.default]
+    assert live.last_read(mm[0]) <= live.pos[adds[3]]
+    # And it is a transient of its own (here written over the last matmul's buffer).
+    at = live.pos[adds[3]]
+    assert any(t.first in (at, at + 1) and t.nbytes == 16 * 32 * 2 and t.last > at
+               for t in step_transients(live, Liveness([], len(nodes)), 1))

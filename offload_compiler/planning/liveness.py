@@ -39,6 +39,11 @@ from .simulator import Transient
 #: how far apart in its order of kernels two may be (``Scheduler.are_long_distant_nodes``)
 #: and how many one fused kernel may hold (``config.max_fusion_size``).
 FUSION_ATTEMPTS = 64
+#: When Inductor writes out a pointwise value no extern kernel reads (``config``:
+#: ``realize_reads_threshold``, ``realize_opcount_threshold``, ``realize_acc_reads_threshold``).
+REUSE_READS = 4
+REUSE_OPS = 30
+ACCUMULATED_READS = 8
 FUSION_DISTANCE = 64
 FUSION_SIZE = 64
 
@@ -52,6 +57,42 @@ def _reduces(node: fx.Node) -> bool:
     indexing op), which ends a fusion."""
     out = _numel(node.meta.get("val"))
     return any(_numel(a.meta.get("val")) > out for a in node.all_input_nodes)
+
+
+def _realized_on_reuse(nodes: list[fx.Node]) -> set[fx.Node]:
+    """Pointwise values of ``nodes`` Inductor writes to memory though only its own
+    kernels read them (``GraphLowering.run_node``): one read by more than one op whose
+    inlined computation reads more than ``REUSE_READS`` buffers or runs more than
+    ``REUSE_OPS`` ops (``StorageBox.should_realize_on_reuse``), and any whose inlined
+    computation reads more than ``ACCUMULATED_READS`` (``has_exceeded_max_reads``). A
+    residual stream's adds are such values: read by the next norm's statistics, its
+    normalisation and the next add, each inlines the adds before it until one reads five
+    buffers; the model that took none of them as written held every projection they read
+    to the forward's end (ViT-B/16, ``benchmarks/RESULTS.md``, session 28)."""
+    realized: set[fx.Node] = set()
+    reads: dict[fx.Node, frozenset] = {}
+    ops: dict[fx.Node, int] = {}
+    for n in nodes:
+        if is_view_or_getitem(n):
+            base = n.all_input_nodes[:1]
+            reads[n] = reads.get(base[0], frozenset(base)) if base else frozenset()
+            ops[n] = ops.get(base[0], 0) if base else 0
+            continue
+        if is_extern(n) or is_materialized(n) or _reduces(n):
+            continue  # a buffer of its own: its readers read it, not what it reads
+        buffers, count = set(), 1
+        for a in n.all_input_nodes:
+            if a in reads:
+                buffers |= reads[a]
+                count += ops[a]
+            elif isinstance(a.meta.get("val"), torch.Tensor):
+                buffers.add(a)
+        if ((len(n.users) > 1 and (len(buffers) > REUSE_READS or count > REUSE_OPS))
+                or len(buffers) > ACCUMULATED_READS):
+            realized.add(n)
+            continue
+        reads[n], ops[n] = frozenset(buffers), min(count, 1 << 20)
+    return realized
 
 
 class Liveness:
@@ -69,11 +110,13 @@ class Liveness:
             add = addmm_target(node)
             if add is not None and add in self.pos:
                 self.deferred[node] = self.pos[add]
+        self.realized = _realized_on_reuse(nodes)
+        """Pointwise values Inductor writes out though no extern kernel reads them."""
         for node in reversed(nodes):
             at = self.pos[node]
             if node in self.deferred:
                 self.end[node] = self.deferred[node]
-            elif not is_view_or_getitem(node) and (is_materialized(node) or _reduces(node)):
+            elif not is_view_or_getitem(node) and (self.written(node) or _reduces(node)):
                 self.end[node] = at
             else:
                 self.end[node] = max([at] + [self.end[u] for u in node.users if u in self.end])
@@ -82,12 +125,17 @@ class Liveness:
         self.inplace: dict[int, fx.Node] = {}
         """Op position -> the input buffer its output is written over."""
         for node in nodes:
-            if (is_view_or_getitem(node) or is_extern(node) or not is_materialized(node)
+            if (is_view_or_getitem(node) or is_extern(node) or not self.written(node)
                     or node in self.early):
                 continue
             reused = self._reusable_input(node, donated)
             if reused is not None:
                 self.inplace[self.pos[node]] = reused
+
+    def written(self, node: fx.Node) -> bool:
+        """Whether Inductor writes ``node`` to memory: read by an extern kernel or the
+        output (``passes.materialization.is_materialized``), or realized on reuse."""
+        return node in self.realized or is_materialized(node)
 
     def written_at(self, node: fx.Node) -> int:
         """Where Inductor writes ``node``'s buffer: its position, or earlier where its
@@ -117,7 +165,7 @@ class Liveness:
             above[n] = bits
         kernels = [n for n in self.nodes if self.end.get(n) == self.pos[n] and n not in self.deferred
                    and not is_view_or_getitem(n) and not is_extern(n) and not _reduces(n)
-                   and is_materialized(n)]
+                   and self.written(n)]
         readers: dict[fx.Node, list[fx.Node]] = {}
         for n in kernels:
             for buf in self._kernel_inputs(n):
@@ -246,7 +294,7 @@ def step_transients(fw: Liveness, bw: Liveness, num_fwd_outputs: int) -> list[Tr
             scratch = workspace_bytes(node)
             if scratch:
                 out.append(Transient(scratch, at, at, workspace=True))
-            if is_view_or_getitem(node) or not is_materialized(node) or node in live.deferred:
+            if is_view_or_getitem(node) or not live.written(node) or node in live.deferred:
                 continue  # a deferred matmul writes into its add's output
             val = node.meta.get("val")
             nbytes = tensor_bytes(val)
