@@ -7,9 +7,14 @@ it. So a tensor read by such a value is read by the kernel that writes the value
 first materialized descendant, not by the value's own op: a saved logits tensor read
 by a chain of casts, exponentials and subtractions is still held while the kernel at
 the chain's end writes the logits' gradient. :class:`Liveness` finds that kernel for
-every op (its *kernel end*): the op itself when it is materialized or a reduction
+every op (its *kernel end*): the op itself when it is written to memory or a reduction
 (Inductor writes a reduction's result to a buffer of its own), else the latest kernel
-end among its readers.
+end among its readers. A pointwise value is also written when several ops read it and
+inlining it would read too many buffers (:func:`_realized_on_reuse`: a residual
+stream's adds).
+
+Inductor fuses pointwise kernels that only read a buffer in common into one, run at the
+first one's place (:meth:`Liveness._fused_early`): their values are written there.
 
 Inductor rewrites ``add(mm(a, b), c)`` into ``addmm(c, a, b)`` at the add: the matmul
 reads ``a`` and ``b`` there (``passes.keep_matmuls_early``, which prevents it where that
@@ -39,13 +44,13 @@ from .simulator import Transient
 #: how far apart in its order of kernels two may be (``Scheduler.are_long_distant_nodes``)
 #: and how many one fused kernel may hold (``config.max_fusion_size``).
 FUSION_ATTEMPTS = 64
+FUSION_DISTANCE = 64
+FUSION_SIZE = 64
 #: When Inductor writes out a pointwise value no extern kernel reads (``config``:
 #: ``realize_reads_threshold``, ``realize_opcount_threshold``, ``realize_acc_reads_threshold``).
 REUSE_READS = 4
 REUSE_OPS = 30
 ACCUMULATED_READS = 8
-FUSION_DISTANCE = 64
-FUSION_SIZE = 64
 
 
 def _numel(val) -> int:
@@ -147,8 +152,8 @@ class Liveness:
 
         Inductor fuses pointwise kernels that read a buffer in common and iterate over
         as many elements, where neither depends on the other (``Scheduler.can_fuse``,
-        within the ``FUSION_*`` limits), and runs the fused
-        kernel at its earliest member's place, after every op its members depend on
+        within the ``FUSION_*`` limits), and runs the fused kernel at its earliest
+        member's place, after every op its members depend on
         (``topological_sort_schedule`` pulls those forward). So a later member, and
         what it depends on past that place, is written there. On an H100, HF Llama's
         backward with its MLP recomputed: the recomputed ``silu(gate) * up`` and the
