@@ -214,7 +214,7 @@ def simulate_reference(fw_ms: list[float], bw_ms: list[float], tensors: list[Sim
             peak, peak_t = held, time_ms
         if record:
             curve.append((time_ms, held))
-    step_peak, step_peak_t = (0, 0.0)
+    step_peak, step_peak_t, holders = (0, 0.0, [])
     if transients is not None:
         # Inductor's own estimate, which guards its buffer reuse, counts graph inputs
         # and outputs on any device: each offloaded tensor's host copy from its copy
@@ -223,7 +223,8 @@ def simulate_reference(fw_ms: list[float], bw_ms: list[float], tensors: list[Sim
         for x in offloaded:
             for op in (*range(x.produced, n_fw), *range(n_fw, n_fw + reload_before[x.name] + 1)):
                 host[op] += x.nbytes
-        step_peak, step_peak_t = step_peak_of(mem_deltas, transients, op_span, n_fw, host)
+        step_peak, step_peak_t = step_peak_of(mem_deltas, transients, op_span, n_fw, host,
+                                              holders if record else None)
     call_peak = peak
     spill = max(0.0, d2h_free - fw_end)
     if chained:  # what a call holds while the other calls run (module docstring)
@@ -236,7 +237,7 @@ def simulate_reference(fw_ms: list[float], bw_ms: list[float], tensors: list[Sim
         step_ms=t, fw_ms=fw_end, bw_ms=t - fw_end, stall_ms=stall, peak_bytes=peak,
         peak_time_ms=peak_t, end_of_forward_bytes=end_fw, call_peak_bytes=call_peak, release_after=release_after,
         reload_before=reload_before, copy_ms=copy_time, hidden_ms=hidden, events=events,
-        memory=curve, step_peak_bytes=step_peak, step_peak_time_ms=step_peak_t,
+        memory=curve, step_peak_bytes=step_peak, step_peak_time_ms=step_peak_t, step_peak_holders=holders,
         d2h_spill_ms=spill, carried_bytes=carried_out,
         prefetch_lead_ms=t - prefetch_start if next_call is not None else 0.0,
         next_call_before=next_call, prefetched=tuple(x.name for x in first),
