@@ -211,8 +211,9 @@ class MeasuredGraph:
         log.info("offload: measured %s", plan.measured_text())
         for holder in timed.holders:
             log.debug("offload: graph %d: at the measured peak: %s", plan.graph_id, holder)
-        for holder in plan.predicted_holders():
-            log.debug("offload: graph %d: at the predicted peak: %s", plan.graph_id, holder)
+        if log.isEnabledFor(logging.DEBUG):  # naming them reads the graph's nodes
+            for holder in plan.predicted_holders():
+                log.debug("offload: graph %d: at the predicted peak: %s", plan.graph_id, holder)
         _dump_measured(plan)
         if self.previous is not None:
             _, before, before_corrections = self.previous

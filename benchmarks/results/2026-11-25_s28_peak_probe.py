@@ -58,10 +58,9 @@ for plan in backend.plans:
     if sim is not None and sim.origins is not None:
         t_peak = sim.step_peak_time_ms
         ops = [e for e in sim.events if e[0] == "compute" and e[3] <= t_peak <= e[4]]
-        n_fw = len(sim.origins._fw)
         for e in ops[:3]:
             print(f"  predicted step peak at {t_peak:.2f} ms (forward ends {sim.fw_ms:.2f}): op {e[1]} "
-                  f"({'backward' if e[1] >= n_fw else 'forward'}) {sim.origins.op(e[1])} {e[2]}")
+                  f"({'backward' if sim.origins.in_backward(e[1]) else 'forward'}) {sim.origins.op(e[1])} {e[2]}")
     print("  at the predicted step peak:")
     for h in plan.predicted_holders(30):
         print("   ", h)

@@ -370,11 +370,11 @@ def simulate(fw_ms: list[float], bw_ms: list[float], tensors: list[SimTensor], l
         changes.append((t, -sum(x.nbytes for x in first)))
 
     # ---- memory ---------------------------------------------------------------
-    holders: list = []
+    holders: list | None = [] if record else None  # only a recorded timeline names them
     peak, peak_t, end_fw, between, curve, step_peak, step_peak_t = levels_of(
         changes, outs, bw_order, fw_end, in_order=in_order, record=record, op_span=op_span,
         transients=transients, offloaded=offloaded, reload_before=reload_before, n_fw=n_fw,
-        holders=holders if record else None)
+        holders=holders)
     call_peak = peak
     spill = max(0.0, d2h_free - fw_end)
     if chained:  # what a call holds while the other calls run (module docstring)
@@ -387,7 +387,7 @@ def simulate(fw_ms: list[float], bw_ms: list[float], tensors: list[SimTensor], l
         step_ms=t, fw_ms=fw_end, bw_ms=t - fw_end, stall_ms=stall, peak_bytes=peak,
         peak_time_ms=peak_t, end_of_forward_bytes=end_fw, call_peak_bytes=call_peak, release_after=release_after,
         reload_before=reload_before, copy_ms=copy_time, hidden_ms=hidden, events=events,
-        memory=curve, step_peak_bytes=step_peak, step_peak_time_ms=step_peak_t, step_peak_holders=holders,
+        memory=curve, step_peak_bytes=step_peak, step_peak_time_ms=step_peak_t, step_peak_holders=holders or [],
         d2h_spill_ms=spill, carried_bytes=carried_out,
         prefetch_lead_ms=t - prefetch_start if next_call is not None else 0.0,
         next_call_before=next_call, prefetched=tuple(x.name for x in first),

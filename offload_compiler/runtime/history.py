@@ -100,8 +100,9 @@ def replay(rec: Any, out: Any) -> None:
 
     base = rec.allocated["fw_start"]
     counted = {position(p): rec.allocated[p] for p in ("fw_end", "bw_start", "bw_end")}
-    sizes, why = _block_sizes(rec, records, trace, counted)
-    curve = _curve(base, trace, sizes if sizes is not None else [e["size"] for e in trace])
+    curve, why = _block_curve(rec, records, trace, counted)
+    if curve is None:
+        curve = _curve(base, trace, [e["size"] for e in trace])
     spans = [(0, position("fw_end"), "forward"), (position("bw_start"), position("bw_end"), "backward")]
     best = (0, None, -1)
     for i, current in enumerate(curve):
@@ -109,7 +110,7 @@ def replay(rec: Any, out: Any) -> None:
             if lo <= i < hi and current - base > best[0]:
                 best = (current - base, phase, i)
     peak = best[0]
-    if sizes is None and best[1] is not None:
+    if why and best[1] is not None:
         # Requests only: add what the allocator counted beyond them at the phases
         # around the peak (exact there, an estimate between them).
         around = ("fw_end",) if best[1] == "forward" else ("bw_start", "bw_end")
@@ -132,19 +133,20 @@ def replay(rec: Any, out: Any) -> None:
     out.holders = [f"{nbytes_text(e['size'])} {_where(e.get('frames') or [])}" for e in largest]
 
 
-def _block_sizes(rec: Any, records: list[dict[str, Any]], trace: list[dict[str, Any]],
+def _block_curve(rec: Any, records: list[dict[str, Any]], trace: list[dict[str, Any]],
                  counted: dict[int, int]) -> tuple[list[int] | None, str]:
-    """Each of ``trace``'s records in the allocator's blocks, rebuilt from the layout at
-    the forward's start and checked against the allocator's counts at the phases; or
-    ``None`` and why not."""
+    """The bytes allocated after each of ``trace``'s records, in the allocator's blocks
+    rebuilt from the layout at the forward's start and checked against the allocator's
+    counts at the phases; or ``None`` and why not."""
     try:
         sizes = blocks.block_bytes(rec.segments, records)
     except blocks.Unfit as e:
         return None, str(e)
     base = rec.allocated["fw_start"]
-    if _at(base, _curve(base, trace, sizes), counted) != counted:
+    curve = _curve(base, trace, sizes)
+    if _at(base, curve, counted) != counted:
         return None, "the rebuilt blocks do not sum to the allocator's counts"
-    return sizes, ""
+    return curve, ""
 
 
 def _curve(base: int, trace: list[dict[str, Any]], sizes: list[int]) -> list[int]:
