@@ -370,7 +370,7 @@ def _label(row) -> str:
 def _replanned(m: dict) -> str:
     if m["replaces"] is None:
         return ""
-    return " (re-planned; measured worse, given up)" if m.get("reverted") else " (re-planned)"
+    return " (re-planned; given up, the plan it replaced runs)" if m.get("reverted") else " (re-planned)"
 
 
 def _f(x, digits: int) -> str:

@@ -169,7 +169,8 @@ class OffloadBackend:
         def recompile(new: Corrections, args: list) -> tuple[Callable[..., Any], GraphPlan | None]:
             return self._compile_planned(gm, args, config, planned_at, new, patches, slots, device)
 
-        measured = MeasuredGraph(compiled, plan, device, corrections, recompile if replans else None)
+        measured = MeasuredGraph(compiled, plan, device, corrections, recompile if replans else None,
+                                 max_overhead=config.max_overhead if config.memory_budget == "auto" else None)
         self._measured.add(measured)
         return measured
 

@@ -24,7 +24,10 @@ times while the measured step goes over ``memory_limit``; the new plan is measur
 (for the record, and for the limit). A new plan measured slower than the one it
 replaced (by more than the tolerance) without holding less memory at its peak is given
 up: the graph goes back to the plan it replaced (``GraphPlan.reverted``), whose
-compiled callable is kept until then. Each measurement is logged, put on the plan (``GraphPlan.measured``)
+compiled callable is kept until then. So is, with ``"auto"``, a new plan whose measured
+step is more than ``max_overhead`` over the step with nothing moved, as the corrected
+model predicts that one (``planning.replan.overhead``), where the plan it replaced
+measured faster: ``"auto"`` holds its overhead as measured, not only as predicted. Each measurement is logged, put on the plan (``GraphPlan.measured``)
 and written to the graph's dump.
 """
 
@@ -39,7 +42,7 @@ import torch
 from torch.utils._pytree import tree_leaves
 
 from .nbytes import nbytes_text
-from .planning.replan import Corrections, corrected, disagreements, over_limit, worse
+from .planning.replan import Corrections, corrected, disagreements, over_limit, overhead, worse
 from .reporting.records import GraphPlan
 from .runtime import measure
 from .runtime.pool import host_pool
@@ -72,8 +75,10 @@ class MeasuredGraph:
     """A compiled graph that measures its first calls and may plan itself again once."""
 
     def __init__(self, compiled: Callable[..., Any], plan: GraphPlan | None, device: torch.device,
-                 corrections: Corrections, recompile: Recompile | None) -> None:
+                 corrections: Corrections, recompile: Recompile | None, *,
+                 max_overhead: float | None = None) -> None:
         self.compiled = compiled
+        self.max_overhead = max_overhead  # "auto"'s; None for a fixed budget
         self.plan = plan
         self.device = device
         self.corrections = corrections
@@ -218,7 +223,14 @@ class MeasuredGraph:
         if self.previous is not None:
             _, before, before_corrections = self.previous
             if worse(timed, before.measured, before_corrections):
-                self._revert()
+                self._revert(f"measured {timed.step_ms:.2f} ms and {nbytes_text(timed.step_peak_bytes or 0)} "
+                             f"at its step peak, worse than graph {before.graph_id}'s "
+                             f"{before.measured.step_ms:.2f} ms and "
+                             f"{nbytes_text(before.measured.step_peak_bytes or 0)}")
+                return
+            over = self._over_overhead(timed, before)
+            if over:
+                self._revert(over)
                 return
             self.previous = None
         why = disagreements(plan.predicted, timed, self.corrections)
@@ -274,18 +286,42 @@ class MeasuredGraph:
         self.first = self.timed_at = None
         self.done = new_plan is None or new_plan.predicted is None
 
-    def _revert(self) -> None:
-        """Go back to the plan the current one replaced (measured better)."""
+    def _over_overhead(self, timed: Any, before: GraphPlan) -> str | None:
+        """``"auto"``: why the new plan, measured as ``timed``, gives way to ``before``
+        (the plan it replaced, measured): its step more than ``max_overhead`` over the
+        step with nothing moved, as the model corrected from ``before``'s measurement
+        predicts that one, where ``before`` measured faster. ``None`` otherwise; the
+        measured overhead is logged either way."""
+        plan = self.plan
+        if self.max_overhead is None or self.corrections.limit_bytes is not None:
+            return None
+        new = overhead(timed.step_ms, plan.predicted, self.corrections)
+        if new is None:
+            return None
+        old = overhead(before.measured.step_ms, plan.predicted, self.corrections)
+        baseline = (f"{plan.predicted.baseline_step_ms:.2f} ms with nothing moved, as graph "
+                    f"{before.graph_id}'s measurement explains it")
+        log.info("offload: graph %d: \"auto\" measured %s over the step with nothing moved (%s; "
+                 "max_overhead %s)", plan.graph_id, _percent(new), baseline, _percent(self.max_overhead))
+        if new <= self.max_overhead:
+            return None
+        if before.measured.step_ms >= timed.step_ms:
+            log.warning("offload: graph %d: \"auto\" measured %s over the step with nothing moved, past "
+                        "max_overhead %s; the plan it replaced (graph %d) measured %s: keeping the faster",
+                        plan.graph_id, _percent(new), _percent(self.max_overhead), before.graph_id, _percent(old))
+            return None
+        return (f"measured {timed.step_ms:.2f} ms, {_percent(new)} over {baseline}, past max_overhead "
+                f"{_percent(self.max_overhead)}; graph {before.graph_id} measured {before.measured.step_ms:.2f} ms "
+                f"({_percent(old)})")
+
+    def _revert(self, reason: str) -> None:
+        """Go back to the plan the current one replaced (measured better: ``reason``)."""
         compiled, before, corrections = self.previous
         plan, self.previous = self.plan, None
         plan.reverted = True
-        why = (f"measured {plan.measured.step_ms:.2f} ms against graph {before.graph_id}'s "
-               f"{before.measured.step_ms:.2f} ms, with no less memory: given up, graph {before.graph_id} runs again")
+        why = f"{reason}: given up, graph {before.graph_id} runs again"
         plan.note = f"{plan.note}; {why}" if plan.note else why
-        log.warning("offload: graph %d: the new plan measured %.2f ms and %s at its step peak, worse than "
-                    "the %.2f ms and %s of the plan it replaced (graph %d); going back to that plan",
-                    plan.graph_id, plan.measured.step_ms, nbytes_text(plan.measured.step_peak_bytes or 0),
-                    before.measured.step_ms, nbytes_text(before.measured.step_peak_bytes or 0), before.graph_id)
+        log.warning("offload: graph %d: the new plan %s; going back to that plan", plan.graph_id, reason)
         self.compiled, self.plan, self.corrections = compiled, before, corrections
         self.done = True
 
@@ -344,6 +380,10 @@ def _dump_measured(plan: GraphPlan) -> None:
                 f.write(timeline.trace_json(trace))
     except OSError as e:
         log.warning("offload: could not write the measurement in %s: %s", plan.dump_folder, e)
+
+
+def _percent(fraction: float) -> str:
+    return f"{fraction * 100:+.1f}%" if fraction < 0 else f"{fraction * 100:.1f}%"
 
 
 def trusted(predicted, measured) -> bool:

@@ -169,6 +169,84 @@ def test_auto_searches_once_on_the_measured_step_not_before(source, caplog):
     assert_bitwise(got, reference)
 
 
+def test_auto_goes_back_when_its_new_plan_measures_past_max_overhead(source, caplog):
+    """"auto"'s first plan measures as predicted; the searched re-plan then measures 4%
+    slower than its prediction (not slower than the first plan by the tolerance that
+    ``worse`` goes by), past ``max_overhead`` over the step with nothing moved as the
+    first measurement explains it, while the first plan was within: the graph goes back
+    to the first plan, says why, and gradients stay bitwise."""
+    def make(call):
+        return as_predicted(b.plans, time_scale=1.0 if len(b.plans) == 1 else 1.04)(call)
+
+    model, batch = _model()
+    reference = train(model, batch, backend(**OPTIONS, policy="none", replan=False), steps=10)
+    b = backend(**OPTIONS, memory_budget="auto", plan_cache=False)
+    fake = source(make)
+    with caplog.at_level(logging.INFO, logger="offload_compiler"):
+        model, batch = _model()
+        got = train(model, batch, b, steps=10)
+    first, second = b.plans
+    assert second.replaces == first.graph_id and second.reverted and not first.reverted
+    baseline = second.predicted.baseline_step_ms
+    assert first.measured.step_ms <= baseline * 1.03 < second.measured.step_ms
+    assert "past max_overhead 3.0%" in second.note and f"given up, graph {first.graph_id} runs again" in second.note
+    assert f"as graph {first.graph_id}'s measurement explains it" in caplog.text
+    assert "going back to that plan" in caplog.text
+    assert b.current_plans == [first] and b.settled and len(fake.asked) == 4
+    assert_bitwise(reference, got)
+
+
+def test_a_new_plan_within_max_overhead_as_measured_is_kept_and_its_overhead_logged(source, caplog):
+    b = backend(**OPTIONS, memory_budget="auto", plan_cache=False)
+    source(as_predicted(b.plans))
+    with caplog.at_level(logging.INFO, logger="offload_compiler"):
+        _run(b, steps=8)
+    first, second = b.plans
+    assert not second.reverted and b.current_plans == [second]
+    measured = second.measured.step_ms / second.predicted.baseline_step_ms - 1
+    assert measured <= 0.03
+    assert f'"auto" measured {measured * 100:.1f}% over the step with nothing moved' in caplog.text
+
+
+def _graph_after_replan(before_ms, after_ms, *, baseline_ms=100.0, max_overhead=0.03, measured_call=3,
+                        limit_bytes=None):
+    """A ``MeasuredGraph`` whose re-plan (predicted baseline ``baseline_ms``) measured
+    ``after_ms``; the plan it replaced measured ``before_ms``."""
+    from offload_compiler.replanning import MeasuredGraph
+
+    def plan(graph_id, step_ms):
+        m = measure.Measured(call=3, fw_ms=step_ms / 2, bw_ms=step_ms / 2, stall_ms=0.0)
+        return types.SimpleNamespace(graph_id=graph_id, measured=m, note="", reverted=False,
+                                     predicted=types.SimpleNamespace(baseline_step_ms=baseline_ms, step_ms=baseline_ms))
+
+    new = plan(1, after_ms)
+    graph = MeasuredGraph(lambda *a: None, new, torch.device("cpu"),
+                          Corrections(measured_call=measured_call, limit_bytes=limit_bytes), None,
+                          max_overhead=max_overhead)
+    return graph, new.measured, plan(0, before_ms)
+
+
+@pytest.mark.parametrize("before_ms, after_ms, kw, gives_way", [
+    (102.0, 104.0, {}, True),  # 4% against 3%, the replaced plan faster: back to it
+    (102.0, 102.9, {}, False),  # within
+    (105.0, 104.0, {}, False),  # both past it: the faster stays
+    (102.0, 104.0, {"max_overhead": 0.05}, False),
+    (102.0, 104.0, {"measured_call": None}, False),  # corrections not from a measurement: no baseline
+    (102.0, 104.0, {"limit_bytes": 1 << 30}, False),  # memory_limit: the limit decides
+    (102.0, 104.0, {"max_overhead": None}, False),  # a fixed budget
+])
+def test_auto_holds_its_overhead_as_measured(before_ms, after_ms, kw, gives_way, caplog):
+    graph, timed, before = _graph_after_replan(before_ms, after_ms, **kw)
+    with caplog.at_level(logging.INFO, logger="offload_compiler"):
+        why = graph._over_overhead(timed, before)
+    assert bool(why) == gives_way, why
+    if gives_way:
+        assert why == ("measured 104.00 ms, 4.0% over 100.00 ms with nothing moved, as graph 0's "
+                       "measurement explains it, past max_overhead 3.0%; graph 0 measured 102.00 ms (2.0%)")
+    if (before_ms, after_ms) == (105.0, 104.0):
+        assert "keeping the faster" in caplog.text
+
+
 def test_auto_searches_at_once_where_nothing_will_be_measured(caplog):
     """No measuring source for the graph's device (the CUDA one on a CPU graph), or
     ``replan=False``: the first plan is searched, as the only one."""

@@ -25,6 +25,9 @@ inputs a measured call of the compiled graph (``runtime.measure.Measured``) corr
 :func:`disagreements` says whether a measurement is far enough from the prediction to
 plan again (``TOLERANCE``), :func:`corrected` gives the new inputs, and :func:`worse`
 whether the new plan, measured in turn, did worse than the one it replaced.
+:func:`overhead` is a measured step's cost over the step with nothing moved, as a model
+corrected from a measurement predicts that one: how ``"auto"``'s ``max_overhead`` is
+held as measured.
 """
 
 from __future__ import annotations
@@ -140,6 +143,24 @@ def worse(new: Any, old: Any, old_corrections: Corrections, tolerance: float = T
         return False
     return (new.step_ms > old.step_ms * (1 + tolerance)
             and (new.step_peak_bytes or 0) >= (old.step_peak_bytes or 0))
+
+
+def overhead(step_ms: float, predicted: Any, corrections: Corrections) -> float | None:
+    """A measured step of ``step_ms`` over the step with nothing moved, less 1, where
+    ``predicted`` (a ``Predictions``) was made with ``corrections`` fitted to a
+    measurement: its ``baseline_step_ms`` is then the unmodified step as that
+    measurement explains it (the kernels' scales, the host, the bandwidths). ``None``
+    where nothing corrected the model (its baseline is an estimate, not worth holding a
+    measurement to) or there is nothing to compare.
+
+    A re-plan's corrections are fitted to the plan it replaced, kernels and moves
+    together; where the new plan then measures slower than predicted, what it moves
+    (more recomputation, more transfer ops) cost more than the fit says, not the
+    kernels both plans run, so the baseline stays as fitted and the difference counts
+    as overhead."""
+    if corrections.measured_call is None or step_ms <= 0 or predicted.baseline_step_ms <= 0:
+        return None
+    return step_ms / predicted.baseline_step_ms - 1
 
 
 def corrected(previous: Corrections, predicted: Any, measured: Any,
