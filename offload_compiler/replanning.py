@@ -33,6 +33,7 @@ and written to the graph's dump.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -42,7 +43,8 @@ import torch
 from torch.utils._pytree import tree_leaves
 
 from .nbytes import nbytes_text
-from .planning.replan import Corrections, corrected, disagreements, over_limit, overhead, worse
+from .planning.replan import (Corrections, corrected, disagreements, over_limit, overhead, repredicted,
+                              worse)
 from .reporting.records import GraphPlan
 from .runtime import measure
 from .runtime.pool import host_pool
@@ -315,13 +317,27 @@ class MeasuredGraph:
                 f"({_percent(old)})")
 
     def _revert(self, reason: str) -> None:
-        """Go back to the plan the current one replaced (measured better: ``reason``)."""
+        """Go back to the plan the current one replaced (measured better: ``reason``).
+        Where the current plan's corrections were fitted to that plan's measurement, they
+        stay, and that plan's predictions are made again with them: what the corrected
+        model predicts for the plan in force, not the estimates it was first made with."""
         compiled, before, corrections = self.previous
         plan, self.previous = self.plan, None
         plan.reverted = True
         why = f"{reason}: given up, graph {before.graph_id} runs again"
         plan.note = f"{plan.note}; {why}" if plan.note else why
         log.warning("offload: graph %d: the new plan %s; going back to that plan", plan.graph_id, reason)
+        if (self.corrections.measured_call is not None and self.corrections.measured_call == before.measured.call
+                and before.resimulate is not None and before.predicted is not None and plan.predicted is not None):
+            was = before.predicted
+            before.predicted = repredicted(was, before.resimulate, corrections, self.corrections, plan.predicted)
+            before.corrections = dataclasses.asdict(self.corrections)
+            again = (f"predictions made again from its measurement (from the estimates: step {was.step_ms:.2f} ms, "
+                     f"step peak {nbytes_text(was.step_peak_bytes)})")
+            before.note = f"{before.note}; {again}" if before.note else again
+            log.info("offload: graph %d runs again, %s: %s", before.graph_id, again, before.measured_text())
+            _dump_measured(before)
+            corrections = self.corrections
         self.compiled, self.plan, self.corrections = compiled, before, corrections
         self.done = True
 

@@ -118,7 +118,11 @@ def test_a_new_plan_measured_worse_than_the_one_it_replaced_is_given_up(source, 
     assert f"given up, graph {first.graph_id} runs again" in second.summary()
     assert b.current_plans == [first] and b.settled
     (graph,) = b._measured
-    assert graph.plan is first and graph.corrections == Corrections()  # runs the first plan again
+    assert graph.plan is first  # runs the first plan again, its predictions made again from its measurement
+    assert graph.corrections.measured_call == first.measured.call and graph.corrections.fw_scale == pytest.approx(2.0)
+    assert first.corrections == dataclasses.asdict(graph.corrections)
+    assert first.predicted.step_ms == pytest.approx(first.measured.step_ms, rel=0.01)
+    assert "predictions made again from its measurement (from the estimates: step" in first.summary()
     assert len(fake.asked) == 4  # each plan measured once (memory, time), nothing after
     assert "going back to that plan" in caplog.text
     assert_bitwise(reference, got)
@@ -193,6 +197,10 @@ def test_auto_goes_back_when_its_new_plan_measures_past_max_overhead(source, cap
     assert f"as graph {first.graph_id}'s measurement explains it" in caplog.text
     assert "going back to that plan" in caplog.text
     assert b.current_plans == [first] and b.settled and len(fake.asked) == 4
+    # the plan in force predicted by the model its own measurement corrected
+    assert first.predicted.step_ms == pytest.approx(first.measured.step_ms, rel=0.01)
+    assert first.predicted.step_peak_bytes == first.measured.step_peak_bytes
+    assert first.predicted.baseline_step_ms == second.predicted.baseline_step_ms
     assert_bitwise(reference, got)
 
 

@@ -163,6 +163,26 @@ def overhead(step_ms: float, predicted: Any, corrections: Corrections) -> float 
     return step_ms / predicted.baseline_step_ms - 1
 
 
+def repredicted(predicted: Any, resimulate: Callable[..., Any], planned_with: Corrections,
+                corrections: Corrections, baseline: Any) -> Any:
+    """A measured plan's ``predicted`` (a ``Predictions``, made with ``planned_with``)
+    made again with ``corrections``, fitted to that plan's own measurement: the plan
+    simulated again (``resimulate``, ``GraphPlan.resimulate``) with the fitted kernel
+    scales, the measured host and bandwidths, as the fit explains the measurement; its
+    memory as planned, with the bytes the model did not see as ``corrections`` counts
+    them. The step with nothing moved comes from ``baseline``, a ``Predictions`` made
+    with ``corrections``."""
+    k = (corrections.fw_scale / planned_with.fw_scale, corrections.bw_scale / planned_with.bw_scale)
+    final = resimulate(*k, host_us=corrections.host_us, op_host_us=corrections.op_host_us,
+                       **corrections.hardware())
+    unmodelled = corrections.unmodelled_bytes - planned_with.unmodelled_bytes
+    return dataclasses.replace(
+        predicted, peak_time_ms=final.peak_time_ms, step_peak_bytes=predicted.step_peak_bytes + unmodelled,
+        step_ms=final.step_ms, stall_ms=final.stall_ms, fw_compute_ms=predicted.fw_compute_ms * k[0],
+        bw_compute_ms=predicted.bw_compute_ms * k[1], baseline_step_ms=baseline.baseline_step_ms,
+        baseline_step_peak_bytes=baseline.baseline_step_peak_bytes)
+
+
 def corrected(previous: Corrections, predicted: Any, measured: Any,
               resimulate: Callable[..., Any] | None = None) -> Corrections:
     """New planner inputs: ``previous`` corrected by how ``measured`` differs from
