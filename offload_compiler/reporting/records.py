@@ -175,7 +175,8 @@ class GraphPlan:
     backend measures in the first steps, ``OffloadConfig.replan``)."""
     corrections: dict[str, Any] = field(default_factory=dict)
     """The planner inputs corrected from a measurement that this plan was made with
-    (``planning.replan.Corrections``); empty for a plan made from estimates alone."""
+    (``planning.replan.Corrections``), or, for a plan a graph went back to, that its
+    predictions were made again with; empty for a plan made from estimates alone."""
     provisional: bool = False
     """``"auto"``'s first plan of a graph the backend measures: the solver's plan, not
     searched over realised partitions; the measurement is always followed by a re-plan,
@@ -184,7 +185,8 @@ class GraphPlan:
     """The graph id of the plan this one replaced after a measurement, if any."""
     reverted: bool = False
     """Measured worse than the plan it replaced (slower, and no less memory at its step
-    peak): the graph went back to that plan."""
+    peak; or, with ``"auto"``, past ``max_overhead`` where that plan measured faster):
+    the graph went back to that plan. ``note`` says which."""
 
     def measured_text(self) -> str:
         """Predicted against measured, in one line (empty when not measured)."""
