@@ -27,8 +27,9 @@ up: the graph goes back to the plan it replaced (``GraphPlan.reverted``), whose
 compiled callable is kept until then. So is, with ``"auto"``, a new plan whose measured
 step is more than ``max_overhead`` over the step with nothing moved, as the corrected
 model predicts that one (``planning.replan.overhead``), where the plan it replaced
-measured faster: ``"auto"`` holds its overhead as measured, not only as predicted. Each measurement is logged, put on the plan (``GraphPlan.measured``)
-and written to the graph's dump.
+measured faster: ``"auto"`` holds its overhead as measured, not only as predicted. Each
+measurement is logged, put on the plan (``GraphPlan.measured``) and written to the
+graph's dump.
 """
 
 from __future__ import annotations
