@@ -304,8 +304,9 @@ class MeasuredGraph:
         old = overhead(before.measured.step_ms, plan.predicted, self.corrections)
         baseline = (f"{plan.predicted.baseline_step_ms:.2f} ms with nothing moved, as graph "
                     f"{before.graph_id}'s measurement explains it")
-        log.info("offload: graph %d: \"auto\" measured %s over the step with nothing moved (%s; "
-                 "max_overhead %s)", plan.graph_id, _percent(new), baseline, _percent(self.max_overhead))
+        log.info("offload: graph %d: \"auto\" measured %s %s the step with nothing moved (%s; "
+                 "max_overhead %s)", plan.graph_id, _percent(abs(new)), "over" if new >= 0 else "under",
+                 baseline, _percent(self.max_overhead))
         if new <= self.max_overhead:
             return None
         if before.measured.step_ms >= timed.step_ms:
