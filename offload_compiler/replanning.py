@@ -329,8 +329,9 @@ class MeasuredGraph:
         why = f"{reason}: given up, graph {before.graph_id} runs again"
         plan.note = f"{plan.note}; {why}" if plan.note else why
         log.warning("offload: graph %d: the new plan %s; going back to that plan", plan.graph_id, reason)
-        if (self.corrections.measured_call is not None and self.corrections.measured_call == before.measured.call
-                and before.resimulate is not None and before.predicted is not None and plan.predicted is not None):
+        # The corrections were fitted to ``before``'s measurement (not the estimates a
+        # re-plan past MAX_TRUSTED_RATIO starts from), and its timeline can be simulated again.
+        if self.corrections.measured_call == before.measured.call and before.resimulate is not None:
             was = before.predicted
             before.predicted = repredicted(was, before.resimulate, corrections, self.corrections, plan.predicted)
             before.corrections = dataclasses.asdict(self.corrections)
@@ -401,7 +402,7 @@ def _dump_measured(plan: GraphPlan) -> None:
 
 
 def _percent(fraction: float) -> str:
-    return f"{fraction * 100:+.1f}%" if fraction < 0 else f"{fraction * 100:.1f}%"
+    return f"{fraction * 100:.1f}%"
 
 
 def trusted(predicted, measured) -> bool:

@@ -16,6 +16,7 @@ import pytest
 import torch
 
 import offload_compiler
+from helpers import assert_bitwise, assert_close
 
 transformers = pytest.importorskip("transformers")
 
@@ -119,11 +120,7 @@ def test_gradients_bitwise_with_the_eager_inner_compiler(name, budget):
     if budget == 0.1:
         assert sum(len(p.recomputed) for p in plans) > 0, "nothing was recomputed"
     assert len(grads[0]) == len(ref_grads[0])
-    for a, b in zip(losses, ref_losses):
-        assert torch.equal(a, b), (a, b)
-    for step, (xs, ys) in enumerate(zip(grads, ref_grads)):
-        for i, (x, y) in enumerate(zip(xs, ys)):
-            assert torch.equal(x, y), f"{name} step {step} gradient {i}: max difference {(x - y).abs().max()}"
+    assert_bitwise((losses, grads), (ref_losses, ref_grads))
 
 
 @pytest.mark.parametrize("name", ["mixtral"])
@@ -131,8 +128,4 @@ def test_gradients_within_inductors_tolerance(name):
     ref_losses, ref_grads, _ = _reference(name, "inductor")
     losses, grads, plans = _train(name, inner_compiler="inductor", memory_budget=0.1)
     assert sum(len(p.offloaded) for p in plans) > 0 and sum(len(p.recomputed) for p in plans) > 0
-    for a, b in zip(losses, ref_losses):
-        torch.testing.assert_close(a, b)
-    for xs, ys in zip(grads, ref_grads):
-        for x, y in zip(xs, ys):
-            torch.testing.assert_close(x, y)
+    assert_close((losses, grads), (ref_losses, ref_grads))
