@@ -531,22 +531,22 @@ def test_a_block_graph_is_planned_again_from_its_measurement_at_a_step_boundary(
     from the measurement; the new plan takes over at the first call of a step (its
     warm-up counts a whole step's calls, so it is measured at the middle call again),
     and the gradients stay bitwise equal to the model without offloading throughout
-    (seven steps: warm-up, memory, time; the re-plan's warm-up, memory, time; the
-    call that reads the new plan's measurement)."""
+    (eleven steps: warm-up, memory, time, reading it, time again; the re-plan's five;
+    the call that reads the new plan's measurement)."""
     model, batch = _model(), [make_batch(CFG)]
     ref, _ = _per_block(model, policy="none")
-    want = [_step(ref, batch) for _ in range(7)]
+    want = [_step(ref, batch) for _ in range(11)]
     got, backend = _per_block(model, memory_budget=0.5, per_block=True)
     fake = FakeSource(as_predicted(backend.plans, time_scale=2.0))
     previous = measure.set_source(fake)
     try:
         with caplog.at_level(logging.INFO, logger="offload_compiler"):
-            for step in range(7):
+            for step in range(11):
                 _assert_bitwise(want[step], _step(got, batch))
     finally:
         measure.set_source(previous)
     n = CFG.n_layers
-    assert fake.asked == [(n + 2, "memory"), (2 * n + 2, "time")] * 2
+    assert fake.asked == [(n + 2, "memory"), (2 * n + 2, "time"), (4 * n + 2, "time")] * 2
     first, second = backend.plans
     assert second.replaces == first.graph_id and second.measured is not None
     assert second.corrections["fw_scale"] == pytest.approx(2.0, rel=0.05)

@@ -9,6 +9,9 @@ variable ``OFFLOAD_COMPILER_DUMP_DIR``) is set.
         forward.3_scheduled.py        after scheduling; stream, event and bytes beside
                                       every transfer node
         plan.json  plan.txt  summary.txt  config.json  timeline.json  memory.png
+        measured.json                 on a GPU: the measured call against the prediction
+                                      (``write_measured``; ``timeline.json`` is written
+                                      again with the measured schedule beside it)
 
 Graph files are readable, runnable Python (``import offload_compiler`` registers the
 transfer ops) with shapes, strides, dtypes and devices in the annotations. A stage is
@@ -35,6 +38,7 @@ there (what was written stays, and ``inspect`` says what is missing).
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import threading
@@ -205,3 +209,24 @@ class Dumper:
                 "offload: cannot write the dump to %s (%s); training goes on without it. "
                 "Set %s to a writable folder, or unset it. Said once per dump folder.",
                 self.root, error, source)
+
+
+def write_measured(plan: GraphPlan) -> None:
+    """``measured.json`` beside the plan in the graph's dump folder, if it has one, and
+    ``timeline.json`` again with the measured schedule beside the predicted one."""
+    if not plan.dump_folder:
+        return
+    try:
+        with open(os.path.join(plan.dump_folder, "measured.json"), "w") as f:
+            json.dump({"schema_version": 1, "graph_id": plan.graph_id,
+                       "measured": plan.measured.as_dict(),
+                       "predicted": plan.predicted.as_dict() if plan.predicted else None,
+                       "predicted_holders": plan.predicted_holders(),
+                       "corrections": plan.corrections}, f, indent=1)
+        if plan.measured.events and plan.simulation is not None:
+            trace = timeline.chrome_trace(plan, title=f"offload plan, graph {plan.graph_id}",
+                                          measured_events=plan.measured.events)
+            with open(os.path.join(plan.dump_folder, "timeline.json"), "w") as f:
+                f.write(timeline.trace_json(trace))
+    except OSError as e:
+        log.warning("offload: could not write the measurement in %s: %s", plan.dump_folder, e)

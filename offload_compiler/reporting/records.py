@@ -193,7 +193,9 @@ class GraphPlan:
         m, p = self.measured, self.predicted
         if m is None or p is None:
             return ""
-        parts = [f"step {m.step_ms:.2f} ms measured vs {p.step_ms:.2f} ms predicted "
+        timed = (f" (the fastest of {len(m.timed_ms)} timed calls: "
+                 f"{', '.join(f'{ms:.2f}' for ms in m.timed_ms)} ms)" if len(m.timed_ms) > 1 else "")
+        parts = [f"step {m.step_ms:.2f} ms measured{timed} vs {p.step_ms:.2f} ms predicted "
                  f"({_signed(p.step_ms / m.step_ms - 1) if m.step_ms else 'n/a'}): "
                  f"forward compute {m.fw_compute_ms:.2f} vs {p.fw_compute_ms:.2f} ms, "
                  f"backward compute {m.bw_compute_ms:.2f} vs {p.bw_compute_ms:.2f} ms, "

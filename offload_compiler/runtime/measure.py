@@ -80,6 +80,9 @@ class Measured:
     """Host time in the transfer ops' bodies, forward and backward (part of the above)."""
     transfer_ops: tuple[int, int] = (0, 0)
     """Transfer ops called, forward and backward."""
+    timed_ms: tuple[float, ...] = ()
+    """The step of each call timed for this measurement, in order; this one's is the
+    fastest (``replanning.TIMED_CALLS``). Empty where one call was timed."""
     events: list[dict[str, Any]] = field(default_factory=list)
     """The measured schedule: the forward and backward on the compute lane, each stall
     and each copy on its lane (``{"lane", "name", "start_ms", "dur_ms", "args"}``, from
