@@ -357,6 +357,12 @@ def model_table(model: ZooModel, rows: list) -> str:
                 f"measured {m['measured_step_ms']:.1f} ms / {m['measured_step_peak_gib']:.2f} GiB "
                 f"(peak in {m['peak_phase']}), predicted {m['predicted_step_ms']:.1f} ms / "
                 f"{m['predicted_step_peak_gib']:.2f} GiB")
+    for r in rows:  # the model's own baseline, against which "auto" holds max_overhead
+        predicted = r.extra.get("predicted_baseline_step_ms")
+        if r.status == "ok" and predicted and base and base.step_ms and r.extra.get("measured_vs_predicted"):
+            lines.append(f"{_label(r)}: step with nothing moved {predicted:.1f} ms as the backend predicts "
+                         f"it, {base.step_ms:.1f} ms as the inductor row measured it "
+                         f"({(predicted / base.step_ms - 1) * 100:+.1f}%)")
     if rows and all(r.activation_gib is None for r in rows if r.status == "ok"):
         lines.append("act GiB: memory is measured on CUDA only")
     return "\n".join(lines)

@@ -179,7 +179,8 @@ def test_a_model_whose_package_is_missing_is_not_run_and_says_which(tmp_path, mo
 
 def test_mid_limit_row_runs_with_the_midpoint_of_the_measured_peaks(tmp_path):
     """offload-limit:MID runs as offload-limit:<(inductor peak + full_ac peak) / 2 in MiB>;
-    the table prints the predictions beside the measurements, and what the backend measured."""
+    the table prints the predictions beside the measurements, what the backend measured,
+    and its step with nothing moved beside the inductor row's."""
     peaks = {"inductor": 20.0, "full_ac": 10.0}
     started = []
 
@@ -189,6 +190,7 @@ def test_mid_limit_row_runs_with_the_midpoint_of_the_measured_peaks(tmp_path):
         row.peak_gib = peaks.get(strategy, 14.5)
         if strategy.startswith("offload-limit:"):
             row.extra.update(predicted_step_ms=101.0, predicted_step_peak_gib=4.25, replanned=1,
+                             predicted_baseline_step_ms=10.5,
                              measured_vs_predicted=[dict(
                                  graph=1, replaces=0, measured_step_ms=100.0, predicted_step_ms=101.0,
                                  measured_step_peak_gib=4.2, predicted_step_peak_gib=4.25,
@@ -201,6 +203,9 @@ def test_mid_limit_row_runs_with_the_midpoint_of_the_measured_peaks(tmp_path):
     table = zoo.model_table(zoo.MODELS["gpt"], results["gpt"])
     assert "offload-limit:MID=15360MiB" in table and "midpoint" in table
     assert "graph 1 (re-planned): measured 100.0 ms / 4.20 GiB (peak in backward), predicted 101.0 ms" in table
+    # the backend's baseline beside Inductor's measured step (each _row measures 10.0 ms)
+    assert ("offload-limit:MID=15360MiB: step with nothing moved 10.5 ms as the backend predicts it, "
+            "10.0 ms as the inductor row measured it (+5.0%)") in table
     with pytest.raises(ValueError, match="needs the inductor row's peak, measured on CUDA only"):
         zoo.mid_limit([_row("inductor", 1.0), _row("full_ac", 1.0)])  # no peaks: measured on CPU
 
