@@ -198,7 +198,8 @@ class MeasuredGraph:
                  self.plan.graph_id)
 
     def _evaluate(self, args: list) -> None:
-        """Read the measurements of the last two calls; plan again if they call for it."""
+        """Read the measurements of the calls measured last: keep a timing, time again, or
+        compare the plan with its measurement and plan again if it calls for it."""
         results = {}
         for what, (recorder, handles) in self.recorders.items():
             for h in handles:
