@@ -219,14 +219,15 @@ class MeasuredGraph:
                      "measuring again (%d/%d)", self.plan.graph_id, self.remeasures, MAX_REMEASURES)
             return
         self.memory = memory or self.memory
-        if timed is None:
+        if timed is not None:
+            self.timings.append(timed)
+            if len(self.timings) < TIMED_CALLS:  # timed again a step after this one (not after its wait)
+                self.time_from, self.timed_at = self.calls + self.per_step + self.per_step // 2, None
+                return
+        if not self.timings:
             self.done = True  # a backward did not run, or nothing could be measured: no re-plan
             return
-        self.timings.append(timed)
-        if len(self.timings) < TIMED_CALLS:  # timed again a step after this one (not after its wait)
-            self.time_from, self.timed_at = self.calls + self.per_step + self.per_step // 2, None
-            return
-        timed = min(self.timings, key=lambda m: m.step_ms)
+        timed = min(self.timings, key=lambda m: m.step_ms)  # or the one timing there is
         timed.timed_ms = tuple(m.step_ms for m in self.timings)
         if self.memory is not None:
             for name in ("held_before_bytes", "step_peak_bytes", "peak_phase", "holders"):

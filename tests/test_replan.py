@@ -82,6 +82,19 @@ def test_the_faster_of_two_timed_calls_is_the_measurement(source, caplog):
     assert "planning again" not in caplog.text
 
 
+def test_a_second_timing_that_measured_nothing_leaves_the_first(source):
+    """The second timed call's measurement is missing (its events did not all complete):
+    the first timing is the measurement, and nothing is timed again."""
+    b = backend(**OPTIONS, memory_budget=0.5)
+    exact = as_predicted(b.plans)
+    fake = source(lambda call: None if call == 5 else exact(call))
+    _run(b, steps=8)
+    assert fake.asked == [(2, "memory"), (3, "time"), (5, "time")]
+    (plan,) = b.plans
+    assert plan.measured.call == 3 and plan.measured.timed_ms == (plan.measured.step_ms,)
+    assert plan.measured.step_peak_bytes == exact(2).step_peak_bytes
+
+
 def test_a_peak_over_the_memory_limit_plans_again_once_and_the_new_plan_fits(source, caplog):
     probe = backend(**OPTIONS, memory_budget=1.0, replan=False)
     _run(probe, steps=1)

@@ -82,7 +82,8 @@ class Measured:
     """Transfer ops called, forward and backward."""
     timed_ms: tuple[float, ...] = ()
     """The step of each call timed for this measurement, in order; this one's is the
-    fastest (``replanning.TIMED_CALLS``). Empty where one call was timed."""
+    fastest (``replanning.TIMED_CALLS``; one where a later timing measured nothing).
+    Empty until ``MeasuredGraph`` has read them all."""
     events: list[dict[str, Any]] = field(default_factory=list)
     """The measured schedule: the forward and backward on the compute lane, each stall
     and each copy on its lane (``{"lane", "name", "start_ms", "dur_ms", "args"}``, from
