@@ -8,10 +8,11 @@ measures memory on one call (the allocator's records) and time on the same call 
 next step (events), both through ``runtime.measure.source``, and time again a step after
 that timing is read (``TIMED_CALLS``: the faster call is the measurement); then it
 compares the measurement with the plan's predictions (``planning.replan.disagreements``).
-A graph called once per step measures the calls after its first. A graph called N times per step (one block's graph in a chain, ``per_block``)
-measures its middle call, ``N // 2``: a call with neighbours on both sides, as the
-chain's plan assumes, and the timed call starts after the memory call's backward ended,
-so the allocator's recording (which slows the host) is off while it runs. A timed
+A graph called once per step measures the calls after its first. A graph called N
+times per step (one block's graph in a chain, ``per_block``) measures its middle call,
+``N // 2``: a call with neighbours on both sides, as the chain's plan assumes, and the
+timed call starts after the memory call's backward ended, so the allocator's recording
+(which slows the host) is off while it runs. A timed
 call during which the host pool allocated or released a block (pinning host memory
 stops the host for a while, and the GPU with it; giving it back waits for the whole
 device) is measured again, ``MAX_REMEASURES`` times at most. Where they disagree beyond the
@@ -59,9 +60,9 @@ WARMUP_BACKWARDS = 1
 MAX_REMEASURES = 3
 #: Calls of a plan timed, a step apart; the fastest is its measurement. One call can be
 #: slowed by work that is not the graph's (a garbage collection, the host busy
-#: elsewhere), and a plan fitted to a slowed call carries it into its predictions:
-#: ViT-B/16's first plan was timed with transfer ops at 107 us each on the host, its
-#: re-plan ran them at 49 us, and the re-plan's step was predicted 6.9% long.
+#: elsewhere), and a plan fitted to a slowed call carries it into its predictions. On an
+#: H100 and an H200 (``benchmarks/RESULTS.md``, session 30) first plans' first timed
+#: calls measured 18% (ViT-B/16) and 26% (ResNet-50) longer than their second.
 TIMED_CALLS = 2
 #: Re-plans per graph: a measurement that still disagrees after one is reported, not acted on.
 MAX_REPLANS = 1
