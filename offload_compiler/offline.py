@@ -38,10 +38,13 @@ PROFILES: dict[str, dict[str, float]] = {
     # Measured on an NVIDIA H100 80GB HBM3 (benchmarks/results/2026-11-21_s4_kernel_rates_h100.json:
     # copies, matmuls and memory as calibrated; attention forward from its causal SDPA row,
     # backward from the profile of the example GPT in the same session; copy_slowdown from
-    # its eager 256 MiB add beside both copies).
+    # its eager 256 MiB add beside both copies; attention given a mask from HF Llama's cuDNN
+    # attention with its mask, 1.568 and 5.068 ms a call for 549.8 GFLOP forward, torch 2.11:
+    # benchmarks/results/2026-11-27_s30_cmd3_profile_h100.log).
     "h100": {"d2h_gbps": 55.1, "h2d_gbps": 55.3, "duplex_gbps": 100.7, "matmul_tflops": 721.0,
              "matmul_fp32_tflops": 51.5, "memory_gbps": 2969.0, "attention_tflops": 570.0,
-             "attention_backward_tflops": 454.0, "launch_us": 4.0, "copy_slowdown": 0.037},
+             "attention_backward_tflops": 454.0, "attention_masked_tflops": 350.6,
+             "attention_masked_backward_tflops": 271.2, "launch_us": 4.0, "copy_slowdown": 0.037},
 }
 #: The fields a profile must give (the others have defaults).
 REQUIRED = tuple(f.name for f in dataclasses.fields(HardwareProfile)

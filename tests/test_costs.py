@@ -51,16 +51,18 @@ def test_causal_fraction_counts_the_scores_the_mask_keeps():
     assert causal_fraction(1, 1) == 1.0
 
 
-def _attention_nodes(causal: bool, dtype=torch.float32):
-    """The forward and backward attention nodes of a traced SDPA and its gradient."""
+def _attention_nodes(causal: bool, dtype=torch.float32, masked: bool = False):
+    """The forward and backward attention nodes of a traced SDPA and its gradient;
+    ``masked``: a causal mask given as ``attn_mask`` (as Hugging Face models give it)."""
     import torch.nn.functional as F
 
-    def fn(q, k, v):
-        out = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+    def fn(q, k, v, *mask):
+        out = F.scaled_dot_product_attention(q, k, v, *mask, is_causal=causal)
         return torch.autograd.grad(out.sum(), (q, k, v))
 
     inputs = [torch.randn(2, 4, 64, 16, dtype=dtype, requires_grad=True) for _ in range(3)]
-    gm = make_fx(fn, tracing_mode="fake")(*inputs)
+    mask = [torch.ones(64, 64, dtype=torch.bool).tril()] if masked else []
+    gm = make_fx(fn, tracing_mode="fake")(*inputs, *mask)
     fw, bw = [n for n in gm.graph.nodes if n.op == "call_function" and "attention" in str(n.target)]
     return fw, bw
 
@@ -90,6 +92,42 @@ def test_attention_is_costed_at_its_calibrated_rate_per_direction():
     fw32, _ = _attention_nodes(True)
     hw32 = dataclasses.replace(hw, matmul_fp32_tflops=1e-3)
     assert node_ms(fw32, hw32) == pytest.approx(node_flops(fw32) / 1e9 * 1e3 + launch)
+
+
+def test_attention_given_a_mask_is_costed_at_the_masked_rates_where_measured():
+    """A mask given as a tensor makes the kernel compute every score (FLOPs count them
+    all) at its own measured rates; a profile without them prices it as causal attention,
+    and attention without a mask keeps the causal rates."""
+    import dataclasses
+
+    from offload_compiler.planning.costs import has_mask, node_flops
+
+    fw, bw = _attention_nodes(False, torch.bfloat16, masked=True)
+    causal_fw, causal_bw = _attention_nodes(True, torch.bfloat16)
+    assert has_mask(fw) and has_mask(bw) and not has_mask(causal_fw) and not has_mask(causal_bw)
+    assert node_flops(fw) == node_flops(_attention_nodes(False, torch.bfloat16)[0])  # every score
+    hw = dataclasses.replace(CPU_PROFILE, matmul_tflops=1e4, attention_tflops=1e-3,
+                             attention_backward_tflops=2e-3)
+    masked = dataclasses.replace(hw, attention_masked_tflops=4e-3, attention_masked_backward_tflops=8e-3)
+    launch = hw.launch_us / 1e3
+    assert node_ms(fw, masked) == pytest.approx(node_flops(fw) / 4e9 * 1e3 + launch)
+    assert node_ms(bw, masked) == pytest.approx(node_flops(bw) / 8e9 * 1e3 + launch)
+    assert node_ms(fw, hw) == pytest.approx(node_flops(fw) / 1e9 * 1e3 + launch)  # not measured
+    assert node_ms(bw, hw) == pytest.approx(node_flops(bw) / 2e9 * 1e3 + launch)
+    assert node_ms(causal_fw, masked) == node_ms(causal_fw, hw)
+    assert node_ms(causal_bw, masked) == node_ms(causal_bw, hw)
+
+
+def test_the_h100_profile_prices_masked_attention_as_measured_there():
+    """The offline H100 profile's masked rates are HF Llama's cuDNN attention with its
+    mask (session 30): 1.568 ms forward and 5.068 ms backward for its shape."""
+    from offload_compiler.offline import PROFILES
+    from offload_compiler.planning.hardware import HardwareProfile
+
+    hw = HardwareProfile(**PROFILES["h100"])
+    flops = 4 * 4 * 16 * 4096 * 4096 * 128  # batch 4, 16 heads, 4096 tokens, head size 128
+    assert flops / (hw.attention_masked_tflops * 1e12) * 1e3 == pytest.approx(1.568, rel=0.001)
+    assert 2.5 * flops / (hw.attention_masked_backward_tflops * 1e12) * 1e3 == pytest.approx(5.068, rel=0.001)
 
 
 def test_ops_the_partitioner_wraps_for_rng_replay_cost_what_they_wrap():

@@ -342,6 +342,9 @@ def test_calibration_measures_real_kernels_even_under_fake_mode():
     assert 5 < profile.d2h_gbps < 200 and 5 < profile.h2d_gbps < 200
     assert profile.attention_tflops > 0.2 * profile.matmul_tflops
     assert profile.attention_backward_tflops > 0.2 * profile.matmul_tflops
+    # Attention given a mask: a fused kernel takes one on the lent GPUs, and computes every score.
+    assert 0.1 * profile.attention_tflops < profile.attention_masked_tflops <= 1.2 * profile.attention_tflops
+    assert 0.1 * profile.attention_backward_tflops < profile.attention_masked_backward_tflops
 
 
 def test_cost_model_parity_and_memory_at_budgets():

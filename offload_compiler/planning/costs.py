@@ -78,12 +78,23 @@ def node_flops(node: fx.Node) -> int:
 
 def _rate(node: fx.Node, hw: HardwareProfile) -> float:
     """FLOP/s of ``node``'s kernel: the calibrated attention rates for fused attention
-    in a low-precision dtype, else the matmul rate of its dtype."""
+    in a low-precision dtype (those of attention given a mask where it is given one and
+    they were measured), else the matmul rate of its dtype."""
     dtype = _dtype(node)
     direction = attention_direction(node)
     if direction is None or dtype in (torch.float32, torch.float64):
         return hw.matmul_rate(dtype)
-    return (hw.attention_tflops if direction == "forward" else hw.attention_backward_tflops) * 1e12
+    forward = direction == "forward"
+    tflops = hw.attention_tflops if forward else hw.attention_backward_tflops
+    if has_mask(node):
+        tflops = (hw.attention_masked_tflops if forward else hw.attention_masked_backward_tflops) or tflops
+    return tflops * 1e12
+
+
+def has_mask(node: fx.Node) -> bool:
+    """Whether an attention op is given an explicit mask (``attn_mask``, or ``attn_bias``
+    as the efficient and cuDNN kernels name it)."""
+    return any(op_argument(node, name) is not None for name in ("attn_mask", "attn_bias"))
 
 
 def _dtype(node: fx.Node) -> torch.dtype:

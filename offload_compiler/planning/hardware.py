@@ -52,6 +52,16 @@ class HardwareProfile:
     dtype, TFLOP/s, counting only the scores a causal mask keeps."""
     attention_backward_tflops: float
     """The same for the attention backward kernel."""
+    attention_masked_tflops: float = 0.0
+    """Fused attention forward given an explicit mask (SDPA's ``attn_mask``, a kernel's
+    ``attn_bias``), TFLOP/s counting every score: such a kernel cannot skip the masked
+    ones, and runs slower per FLOP than causal attention. On an H100 (torch 2.11) HF
+    Llama's cuDNN attention with its mask ran at 0.67x the causal forward rate and 0.62x
+    the backward's (``benchmarks/RESULTS.md``, session 30), and priced at the causal
+    rates its 3x error set the fitted kernel scale of every other op. 0: not measured,
+    the causal rate is used."""
+    attention_masked_backward_tflops: float = 0.0
+    """The same for the backward kernel of attention given a mask."""
     launch_us: float = 4.0
     """Fixed cost of one kernel, microseconds."""
     copy_slowdown: float = 0.0
@@ -129,7 +139,7 @@ def copy_profiles(source: Path, folder: Path) -> None:
 
 _memo: dict[str, HardwareProfile] = {}
 #: Bumped when calibration measures differently, so profiles cached before are remeasured.
-PROFILE_VERSION = 4
+PROFILE_VERSION = 5
 
 
 def causal_fraction(q_len: int, k_len: int) -> float:
@@ -226,7 +236,9 @@ H100_PROFILE = HardwareProfile(
 def _plausible(p: HardwareProfile) -> bool:
     return (1 <= p.d2h_gbps <= 500 and 1 <= p.h2d_gbps <= 500 and 1 <= p.duplex_gbps <= 1000
             and 0.1 <= p.matmul_tflops <= 20000 and 10 <= p.memory_gbps <= 100000
-            and 0.1 <= p.attention_tflops <= 20000 and 0.1 <= p.attention_backward_tflops <= 20000)
+            and 0.1 <= p.attention_tflops <= 20000 and 0.1 <= p.attention_backward_tflops <= 20000
+            and all(r == 0 or 0.1 <= r <= 20000
+                    for r in (p.attention_masked_tflops, p.attention_masked_backward_tflops)))
 
 
 #: ``(m, k, n)`` of the bf16 matmuls whose total FLOPs over total time is the calibrated
@@ -252,11 +264,13 @@ def _per_call_ms(fn, calls: int) -> float:
     return time_ms(lambda: [fn() for _ in range(calls)]) / calls
 
 
-def _attention_ms(device: torch.device, dtype: torch.dtype) -> tuple[float, float, int]:
+def _attention_ms(device: torch.device, dtype: torch.dtype, masked: bool = False) -> tuple[float, float, int]:
     """``(forward ms, backward ms, forward FLOPs)`` of a causal scaled-dot-product
     attention (batch 2, 16 heads, 4096 tokens, head size 128) as SDPA dispatches it.
     FLOPs count the kept half of the scores (``costs.node_flops`` counts the same way);
-    the backward does 2.5 times the forward's.
+    the backward does 2.5 times the forward's. ``masked``: the causal mask given as a
+    boolean ``attn_mask`` instead of ``is_causal`` (as Hugging Face models pass it), and
+    FLOPs counting every score, as ``costs.node_flops`` counts attention given a mask.
 
     Only the fused kernels are allowed, whatever ``sdpa_kernel`` context the caller
     compiles in: the profile is cached per device, and attention that runs as the math
@@ -268,15 +282,19 @@ def _attention_ms(device: torch.device, dtype: torch.dtype) -> tuple[float, floa
 
     fused = [SDPBackend.CUDNN_ATTENTION, SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION]
     shape = (2, 16, 4096, 128)
+    b, h, t, e = shape
     q, k, v = (torch.randn(shape, device=device, dtype=dtype, requires_grad=True) for _ in range(3))
+    mask = torch.ones(t, t, device=device, dtype=torch.bool).tril() if masked else None
+
+    def attention():
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=not masked)
+
     with sdpa_kernel(fused):
-        fw_ms = _per_call_ms(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True), 10)
+        fw_ms = _per_call_ms(attention, 10)
         with torch.enable_grad():
             grad = torch.randn(shape, device=device, dtype=dtype)
-            both_ms = _per_call_ms(lambda: torch.autograd.grad(
-                F.scaled_dot_product_attention(q, k, v, is_causal=True), (q, k, v), grad), 5)
-    b, h, t, e = shape
-    flops = int(4 * b * h * t * t * e * causal_fraction(t, t))
+            both_ms = _per_call_ms(lambda: torch.autograd.grad(attention(), (q, k, v), grad), 5)
+    flops = int(4 * b * h * t * t * e * (1.0 if masked else causal_fraction(t, t)))
     return fw_ms, max(both_ms - fw_ms, 1e-3), flops
 
 
@@ -321,6 +339,12 @@ def _measure(device: torch.device) -> HardwareProfile:
             log.info("offload: could not time attention on %s (%s); using the matmul rate",
                      device, err)
             att_flops = 0
+        try:
+            masked_fw_ms, masked_bw_ms, masked_flops = _attention_ms(device, torch.bfloat16, masked=True)
+        except RuntimeError as err:  # no fused kernel takes a mask here: priced as causal attention
+            log.info("offload: could not time attention given a mask on %s (%s); using the causal rates",
+                     device, err)
+            masked_flops = 0
         # Thirty elementwise adds over 64 MiB buffers of their own (about 2 ms on an H100).
         u, v, w = (torch.empty(64 << 20, dtype=torch.uint8, device=device).view(torch.bfloat16)
                    for _ in range(3))
@@ -337,6 +361,9 @@ def _measure(device: torch.device) -> HardwareProfile:
         attention_tflops=att_flops / (att_fw_ms / 1e3) / 1e12 if att_flops else matmul_tflops,
         attention_backward_tflops=(2.5 * att_flops / (att_bw_ms / 1e3) / 1e12 if att_flops
                                    else matmul_tflops),
+        attention_masked_tflops=masked_flops / (masked_fw_ms / 1e3) / 1e12 if masked_flops else 0.0,
+        attention_masked_backward_tflops=(2.5 * masked_flops / (masked_bw_ms / 1e3) / 1e12
+                                          if masked_flops else 0.0),
         copy_slowdown=slowdown,
         name=torch.cuda.get_device_name(device),
     )
