@@ -57,9 +57,9 @@ class HardwareProfile:
     ``attn_bias``), TFLOP/s counting every score: such a kernel cannot skip the masked
     ones, and runs slower per FLOP than causal attention. On an H100 (torch 2.11) HF
     Llama's cuDNN attention with its mask ran at 0.67x the causal forward rate and 0.62x
-    the backward's (``benchmarks/RESULTS.md``, session 30), and priced at the causal
-    rates its 3x error set the fitted kernel scale of every other op. 0: not measured,
-    the causal rate is used."""
+    the backward's (``benchmarks/RESULTS.md``, session 30); priced at the causal rates,
+    it ran 1.5x to 1.6x longer than estimated, and that error set the fitted kernel
+    scale of every other op. 0: not measured, the causal rate is used."""
     attention_masked_backward_tflops: float = 0.0
     """The same for the backward kernel of attention given a mask."""
     launch_us: float = 4.0
