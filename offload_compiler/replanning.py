@@ -12,11 +12,10 @@ A graph called once per step measures the calls after its first. A graph called 
 times per step (one block's graph in a chain, ``per_block``) measures its middle call,
 ``N // 2``: a call with neighbours on both sides, as the chain's plan assumes, and the
 timed call starts after the memory call's backward ended, so the allocator's recording
-(which slows the host) is off while it runs. A timed
-call during which the host pool allocated or released a block (pinning host memory
-stops the host for a while, and the GPU with it; giving it back waits for the whole
-device) is measured again, ``MAX_REMEASURES`` times at most. Where they disagree beyond the
-tolerance, or the step went over ``memory_limit``, it plans again from the corrected
+(which slows the host) is off while it runs. A timed call during which the host pool
+allocated or released a block (pinning host memory stops the host for a while, and the
+GPU with it; giving it back waits for the whole device) is measured again,
+``MAX_REMEASURES`` times at most. Where they disagree beyond the tolerance, or the step went over ``memory_limit``, it plans again from the corrected
 inputs (``planning.replan.corrected``), compiles the graph again with that plan, and
 runs the new one from this call on: a step boundary, since every forward call runs
 whole on one compiled graph and an autograd node keeps the backward it was made with.
@@ -74,6 +73,10 @@ MAX_LIMIT_REPLANS = 3
 #: work (HF Llama compiled one block at a time: 104 ms measured against 10.9 ms predicted
 #: for one block, the whole step's backward inside one block's span).
 MAX_TRUSTED_RATIO = 3.0
+#: Steps until a graph's measurements and re-plans are over, at most: each plan's warm-up,
+#: memory call and timed calls (each read a step later), for the first plan and every
+#: re-plan ``memory_limit`` allows (undisturbed: a re-measured call adds steps).
+SETTLE_STEPS = (WARMUP_BACKWARDS + 1 + 2 * TIMED_CALLS) * (1 + MAX_LIMIT_REPLANS)
 #: Calls after the measured ones to wait for their backward before giving up.
 GIVE_UP_CALLS = 10_000
 

@@ -30,10 +30,6 @@ STRATEGY_HELP = ("eager, inductor, inductor-cudagraphs, full_ac, sac, budget:B, 
                  "unit, e.g. 20GiB, or device)")
 #: Strategies run under CUDA graphs (``mode="reduce-overhead"``).
 CUDAGRAPH_STRATEGIES = ("inductor-cudagraphs", "offload-cudagraphs")
-#: Steps run after the warm-up until the offload backend's measurements and re-plans are
-#: over: a plan is measured in six steps (its warm-up, the memory call, two timed calls a
-#: step apart, each read a step later), and ``memory_limit`` may plan four times.
-SETTLE_STEPS = 24
 DTYPES = ("float32", "bfloat16", "float16")
 COMPILE_MODES = ("whole", "per-block")
 
@@ -208,6 +204,8 @@ def _compile(model, spec: dict[str, Any], wrap, **kwargs):
 
 def run_strategy(spec: dict[str, Any]) -> Row:
     import torch
+
+    from ..replanning import SETTLE_STEPS  # the most steps measuring and re-planning take
 
     if spec.get("distributed") and "rank" not in spec:
         from .distributed import run_distributed

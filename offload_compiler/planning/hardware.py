@@ -298,6 +298,18 @@ def _attention_ms(device: torch.device, dtype: torch.dtype, masked: bool = False
     return fw_ms, max(both_ms - fw_ms, 1e-3), flops
 
 
+def _attention_tflops(device: torch.device, masked: bool, instead: str) -> tuple[float, float] | None:
+    """Forward and backward TFLOP/s of :func:`_attention_ms`'s attention in bfloat16;
+    ``None`` where no fused kernel runs it (logged, saying ``instead`` is used)."""
+    try:
+        fw_ms, bw_ms, flops = _attention_ms(device, torch.bfloat16, masked=masked)
+    except RuntimeError as err:
+        log.info("offload: could not time attention%s on %s (%s); using %s",
+                 " given a mask" if masked else "", device, err, instead)
+        return None
+    return flops / fw_ms / 1e9, 2.5 * flops / bw_ms / 1e9
+
+
 def _measure(device: torch.device) -> HardwareProfile:
     t0 = time.perf_counter()
     with torch.cuda.device(device):
@@ -333,18 +345,9 @@ def _measure(device: torch.device) -> HardwareProfile:
         add_ms = _per_call_ms(lambda: torch.add(x, y, out=z), 10)
         matmul_tflops = _matmul_tflops(device)
         mm32_ms = _per_call_ms(lambda: a32 @ a32, 3)
-        try:
-            att_fw_ms, att_bw_ms, att_flops = _attention_ms(device, torch.bfloat16)
-        except RuntimeError as err:  # no fused attention kernel here: cost it as matmuls
-            log.info("offload: could not time attention on %s (%s); using the matmul rate",
-                     device, err)
-            att_flops = 0
-        try:
-            masked_fw_ms, masked_bw_ms, masked_flops = _attention_ms(device, torch.bfloat16, masked=True)
-        except RuntimeError as err:  # no fused kernel takes a mask here: priced as causal attention
-            log.info("offload: could not time attention given a mask on %s (%s); using the causal rates",
-                     device, err)
-            masked_flops = 0
+        # No fused attention kernel here: cost it as matmuls; none that takes a mask: as causal attention.
+        causal = _attention_tflops(device, masked=False, instead="the matmul rate") or (matmul_tflops,) * 2
+        masked = _attention_tflops(device, masked=True, instead="the causal rates") or (0.0, 0.0)
         # Thirty elementwise adds over 64 MiB buffers of their own (about 2 ms on an H100).
         u, v, w = (torch.empty(64 << 20, dtype=torch.uint8, device=device).view(torch.bfloat16)
                    for _ in range(3))
@@ -358,12 +361,10 @@ def _measure(device: torch.device) -> HardwareProfile:
         matmul_tflops=matmul_tflops,
         matmul_fp32_tflops=2 * n**3 / (mm32_ms / 1e3) / 1e12,
         memory_gbps=3 * gb / (add_ms / 1e3),
-        attention_tflops=att_flops / (att_fw_ms / 1e3) / 1e12 if att_flops else matmul_tflops,
-        attention_backward_tflops=(2.5 * att_flops / (att_bw_ms / 1e3) / 1e12 if att_flops
-                                   else matmul_tflops),
-        attention_masked_tflops=masked_flops / (masked_fw_ms / 1e3) / 1e12 if masked_flops else 0.0,
-        attention_masked_backward_tflops=(2.5 * masked_flops / (masked_bw_ms / 1e3) / 1e12
-                                          if masked_flops else 0.0),
+        attention_tflops=causal[0],
+        attention_backward_tflops=causal[1],
+        attention_masked_tflops=masked[0],
+        attention_masked_backward_tflops=masked[1],
         copy_slowdown=slowdown,
         name=torch.cuda.get_device_name(device),
     )
