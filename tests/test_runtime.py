@@ -206,18 +206,58 @@ def test_a_copy_streams_device_is_not_left_current(monkeypatch):
 
     state = {"device": 0, "stream": {}}
 
-    def set_stream(s):
-        state["device"] = s.device_index
-        state["stream"][s.device_index] = s
+    def set_stream(stream_id, device_index, device_type):
+        state["device"] = device_index
+        state["stream"][device_index] = stream_id
 
-    monkeypatch.setattr(torch.cuda, "current_device", lambda: state["device"])
-    monkeypatch.setattr(torch.cuda, "set_stream", set_stream)
-    monkeypatch.setattr(torch.cuda, "set_device", lambda d: state.update(device=d))
-    copy, compute = types.SimpleNamespace(device_index=1), types.SimpleNamespace(device_index=1)
+    # The torch calls ``streams.enter`` / ``leave`` make (absent from a CPU build).
+    monkeypatch.setattr(torch._C, "_cuda_getDevice", lambda: state["device"], raising=False)
+    monkeypatch.setattr(torch._C, "_cuda_setStream", set_stream, raising=False)
+    monkeypatch.setattr(torch._C, "_cuda_setDevice", lambda d: state.update(device=d), raising=False)
+    copy = types.SimpleNamespace(stream_id=7, device_index=1, device_type=1)
+    compute = types.SimpleNamespace(stream_id=3, device_index=1, device_type=1)
     with streams.on(copy, compute):
-        assert state["device"] == 1 and state["stream"][1] is copy
-    assert state["device"] == 0 and state["stream"][1] is compute
+        assert state["device"] == 1 and state["stream"][1] == 7
+    assert state["device"] == 0 and state["stream"][1] == 3
     state["device"] = 1  # the copy stream's own device current: left as it is
     with streams.on(copy, compute):
         pass
-    assert state["device"] == 1 and state["stream"][1] is compute
+    assert state["device"] == 1 and state["stream"][1] == 3
+
+
+def test_a_copy_stream_follows_compute_through_a_reused_event_per_thread(monkeypatch):
+    """``streams.follow``: the copy stream waits on an event recorded on the compute
+    stream just before; the event is reused for that compute stream on the same thread
+    (a queued wait keeps the state it was queued with), and another thread has its own
+    (a record of its between this thread's record and wait would be waited for
+    instead). CUDA events are stood in for: the GPU suite's race tests check the real
+    ones."""
+    import threading
+
+    from offload_compiler.runtime import streams
+
+    log = []
+
+    class Event:
+        def record(self, stream):
+            log.append(("record", self, stream.stream_id))
+
+    class Stream(types.SimpleNamespace):
+        def wait_event(self, event):
+            log.append(("wait", event, self.stream_id))
+
+    monkeypatch.setattr(torch.cuda, "Event", Event)
+    monkeypatch.setattr(streams, "_points", threading.local())
+    copy, compute = Stream(stream_id=7, device_index=0), Stream(stream_id=3, device_index=0)
+    streams.follow(copy, compute)
+    streams.follow(copy, compute)
+    (_, first, on1), (_, waited, by1), (_, again, on2), (_, waited2, by2) = log
+    assert (on1, by1, on2, by2) == (3, 7, 3, 7) and waited is first and again is first and waited2 is first
+    other = Stream(stream_id=4, device_index=0)  # another compute stream: its own event
+    streams.follow(copy, other)
+    assert log[-2][1] is not first and log[-1][1] is log[-2][1]
+    seen = []
+    thread = threading.Thread(target=lambda: (streams.follow(copy, compute), seen.append(log[-1][1])))
+    thread.start()
+    thread.join()
+    assert seen and seen[0] is not first

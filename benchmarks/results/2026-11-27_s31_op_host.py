@@ -96,6 +96,16 @@ def on_only():
 bench("streams.on (enter + exit)", on_only)
 
 
+def enter_leave():
+    device = streams.enter(s)
+    streams.leave(c, device)
+
+
+if hasattr(streams, "enter"):  # the code after 2026-11-27_s31: the switches made directly
+    bench("streams.enter + leave", enter_leave)
+    bench("streams.follow (reused event)", lambda: streams.follow(s, c))
+
+
 def set_twice():
     torch.cuda.set_stream(s)
     torch.cuda.set_stream(c)

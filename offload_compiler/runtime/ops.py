@@ -68,6 +68,8 @@ def _host_strides(src: Tensor, keep_strides: bool) -> list:
 
 def _dense(t: Tensor) -> bool:
     """Strides cover exactly ``numel`` elements with no overlap."""
+    if t.is_contiguous():  # the common case, answered in C++
+        return True
     dims = sorted((st, sz) for sz, st in zip(t.shape, t.stride()) if sz > 1)
     reach = 1
     for stride, size in dims:
@@ -116,15 +118,18 @@ def _d2h_cuda(src: Tensor, like: Tensor) -> Tensor:
         return _device_copy(src, like)
     host, block = got
     stream = streams.copy_stream(src.device, streams.D2H)
-    stream.wait_stream(compute)
+    streams.follow(stream, compute)
     for event in block.events:  # earlier copies from/into this block are done
         stream.wait_event(event)
     if block.ready_event is not None:
         stream.wait_event(block.ready_event)
     start = measure.copy_started(stream) if measure.active is not None else None
-    with streams.on(stream, compute):
+    device = streams.enter(stream)
+    try:
         streams.inject_delay(streams.D2H)
         host.copy_(src, non_blocking=True)
+    finally:
+        streams.leave(compute, device)
     if start is not None:
         measure.copy_done(stream, start, "d2h", src.numel() * src.element_size())
     done = streams.mark_ready(stream)
@@ -196,14 +201,17 @@ def issue_copy_to_device(host: Tensor, target: torch.device, stride: Optional[Li
     stream = streams.copy_stream(target, streams.H2D)
     # The copy writes memory the compute stream allocated: order it after compute so
     # far, and after the D2H copy that filled the host buffer.
-    stream.wait_stream(compute)
+    streams.follow(stream, compute)
     block = host_pool().lookup(host)
     if block is not None and block.ready_event is not None:
         stream.wait_event(block.ready_event)
     start = measure.copy_started(stream) if measure.active is not None else None
-    with streams.on(stream, compute):
+    device = streams.enter(stream)
+    try:
         streams.inject_delay(streams.H2D)
         out.copy_(host, non_blocking=True)
+    finally:
+        streams.leave(compute, device)
     if start is not None:
         measure.copy_done(stream, start, "h2d", out.numel() * out.element_size())
     done = streams.mark_ready(stream)

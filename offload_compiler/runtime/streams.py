@@ -62,22 +62,59 @@ def current(device: torch.device) -> torch.cuda.Stream:
     return stream
 
 
+def enter(stream: torch.cuda.Stream) -> int:
+    """Make ``stream`` current (and its device); returns the device that was current,
+    for :func:`leave`. The torch calls underneath ``torch.cuda.set_stream`` and
+    ``torch.cuda.current_device``, made directly: a transfer op makes two such switches,
+    and their Python wrappers, with a generator's context manager around them, took an
+    H100 host 5 us of each op's 40 to 70 (``benchmarks/RESULTS.md``, session 31)."""
+    device = torch._C._cuda_getDevice()
+    torch._C._cuda_setStream(stream_id=stream.stream_id, device_index=stream.device_index,
+                             device_type=stream.device_type)
+    return device
+
+
+def leave(compute: torch.cuda.Stream, device: int) -> None:
+    """Make ``compute`` current again (the stream that was current on its device, which
+    the caller read before :func:`enter`), then ``device``. ``set_stream`` also makes the
+    stream's device current: without putting the device back, a model on ``cuda:1`` left
+    ``cuda:1`` current for a user who had ``cuda:0`` (found by the two-GPU test)."""
+    torch._C._cuda_setStream(stream_id=compute.stream_id, device_index=compute.device_index,
+                             device_type=compute.device_type)
+    if compute.device_index != device:  # tensors on another GPU than the current one
+        torch._C._cuda_setDevice(device)
+
+
 @contextlib.contextmanager
 def on(stream: torch.cuda.Stream, compute: torch.cuda.Stream):
-    """Make ``stream`` current, then ``compute`` again (the stream that was current on
-    ``stream``'s device, which the caller has already read), and the device that was
-    current before. Cheaper on the host than ``torch.cuda.stream(stream)``, which reads
-    the current stream again, twice. ``torch.cuda.set_stream`` also makes the stream's
-    device current: without putting the device back, a model on ``cuda:1`` left
-    ``cuda:1`` current for a user who had ``cuda:0`` (found by the two-GPU test)."""
-    device = torch.cuda.current_device()
-    torch.cuda.set_stream(stream)  # also makes the stream's device current
+    """:func:`enter` ``stream``, then :func:`leave` for ``compute``: cheaper on the host
+    than ``torch.cuda.stream(stream)``, which reads the current stream again, twice."""
+    device = enter(stream)
     try:
         yield
     finally:
-        torch.cuda.set_stream(compute)
-        if stream.device_index != device:  # tensors on another GPU than the current one
-            torch.cuda.set_device(device)
+        leave(compute, device)
+
+
+# Per thread, an event per compute stream, recorded and waited on at once by ``follow``.
+_points = threading.local()
+
+
+def follow(stream: torch.cuda.Stream, compute: torch.cuda.Stream) -> None:
+    """``stream`` waits for the work queued on ``compute`` so far, as
+    ``stream.wait_stream(compute)`` does, with an event reused instead of a new one each
+    time: a wait takes the state of the event's last record when it is queued, so the
+    event may be recorded again right after. One per thread: another thread's record
+    between this thread's record and its wait would be waited for instead."""
+    events = getattr(_points, "events", None)
+    if events is None or len(events) >= 256:  # streams a user made and dropped
+        events = _points.events = {}
+    key = (compute.stream_id, compute.device_index)
+    event = events.get(key)
+    if event is None:
+        event = events[key] = torch.cuda.Event()
+    event.record(compute)
+    stream.wait_event(event)
 
 
 def mark_ready(stream: torch.cuda.Stream) -> torch.cuda.Event:
