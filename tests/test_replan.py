@@ -387,12 +387,34 @@ def test_the_hosts_time_corrects_the_host_lane_and_a_paced_phase_keeps_its_scale
     # of its 6.6, 1 ms in 20 ops.
     m = measure.Measured(call=3, fw_ms=5.0, bw_ms=6.6, stall_ms=0.0, host_fw_ms=4.8, host_bw_ms=3.0,
                          host_transfer_ms=(2.0, 1.0), transfer_ops=(20, 20))
-    c = corrected(Corrections(fw_scale=1.5), P, m)
+    fitted_before = Corrections(fw_scale=1.5, measured_call=2)
+    c = corrected(fitted_before, P, m)
     assert c.host_us == (28.0, 10.0)  # (4.8 - 2) ms over 100 kernels; (3 - 1) over 200
     assert c.op_host_us == (100.0, 50.0)
-    assert c.fw_scale == 1.5  # paced: kept
+    assert c.fw_scale == 1.5  # paced, fitted before: kept
     assert c.bw_scale == pytest.approx(1.1)
-    assert "host_us" in c.key() and c.key() != Corrections(fw_scale=1.5).key()
+    assert "host_us" in c.key() and c.key() != fitted_before.key()
+
+
+def test_at_the_first_fit_a_paced_phase_takes_the_other_phases_scale_within_its_own_time():
+    """The host paced the forward: its time bounds its kernels' (they ran within it) but
+    does not measure them. The first fit gives it the backward's scale, unless its own
+    measured compute over its estimate is less; a paced backward takes the forward's."""
+    class P:
+        step_ms, step_peak_bytes, fw_compute_ms, bw_compute_ms, kernels = 10.0, 1 << 30, 4.0, 6.0, (100, 200)
+
+    def measured(fw_ms, bw_ms, host_fw_ms, host_bw_ms):
+        return measure.Measured(call=3, fw_ms=fw_ms, bw_ms=bw_ms, stall_ms=0.0, host_fw_ms=host_fw_ms,
+                                host_bw_ms=host_bw_ms, host_transfer_ms=(0.0, 0.0), transfer_ops=(0, 0))
+
+    c = corrected(Corrections(), P, measured(5.0, 7.2, 4.8, 3.0))  # backward 1.2x its estimate
+    assert c.bw_scale == pytest.approx(1.2) and c.fw_scale == pytest.approx(1.2)
+    c = corrected(Corrections(), P, measured(4.4, 7.2, 4.3, 3.0))  # its own time allows 1.1x
+    assert c.bw_scale == pytest.approx(1.2) and c.fw_scale == pytest.approx(1.1)
+    c = corrected(Corrections(), P, measured(3.6, 6.0, 1.0, 5.9))  # the backward paced
+    assert c.fw_scale == pytest.approx(0.9) and c.bw_scale == pytest.approx(0.9)
+    both = corrected(Corrections(), P, measured(5.0, 7.2, 4.8, 7.0))  # both paced: nothing to go by
+    assert both.fw_scale == 1.0 and both.bw_scale == 1.0
     unmeasured = corrected(Corrections(), P, measure.Measured(call=3, fw_ms=5.0, bw_ms=6.6, stall_ms=0.0))
     assert unmeasured.host_us == (0.0, 0.0) and unmeasured.fw_scale == pytest.approx(1.25)
 
@@ -428,7 +450,10 @@ def test_compute_scales_are_fitted_so_time_waiting_for_the_host_counts_once():
     again = plan.resimulate(fitted.fw_scale, fitted.bw_scale, host_us=fitted.host_us, op_host_us=fitted.op_host_us)
     assert again.fw_ms == pytest.approx(m.fw_ms, rel=0.005) and again.bw_ms == pytest.approx(m.bw_ms, rel=0.005)
     paced_fw = dataclasses.replace(m, host_fw_ms=m.fw_ms)  # the host set the forward's pace
-    assert corrected(Corrections(fw_scale=1.2), p, paced_fw, plan.resimulate).fw_scale == 1.2  # kept
+    fitted_before = Corrections(fw_scale=1.2, measured_call=2)
+    assert corrected(fitted_before, p, paced_fw, plan.resimulate).fw_scale == 1.2  # kept
+    first = corrected(Corrections(), p, paced_fw, plan.resimulate)  # the first fit: the backward's
+    assert first.fw_scale == pytest.approx(min(first.bw_scale, paced_fw.fw_ms / p.fw_compute_ms))
     ratio = corrected(Corrections(), p, m)  # no simulation: the waits in the scales too
     assert ratio.fw_scale > 1.5 * 1.02
     double = plan.resimulate(ratio.fw_scale, ratio.bw_scale, host_us=ratio.host_us, op_host_us=ratio.op_host_us)
