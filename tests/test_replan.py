@@ -396,10 +396,11 @@ def test_the_hosts_time_corrects_the_host_lane_and_a_paced_phase_keeps_its_scale
     assert "host_us" in c.key() and c.key() != fitted_before.key()
 
 
-def test_at_the_first_fit_a_paced_phase_takes_the_other_phases_scale_within_its_own_time():
+def test_at_the_first_fit_a_paced_phase_goes_halfway_to_the_other_phases_scale_within_its_own_time():
     """The host paced the forward: its time bounds its kernels' (they ran within it) but
-    does not measure them. The first fit gives it the backward's scale, unless its own
-    measured compute over its estimate is less; a paced backward takes the forward's."""
+    does not measure them. The first fit takes it halfway (geometrically) from 1 to the
+    backward's scale, unless its own measured compute over its estimate is less; a paced
+    backward goes halfway to the forward's."""
     class P:
         step_ms, step_peak_bytes, fw_compute_ms, bw_compute_ms, kernels = 10.0, 1 << 30, 4.0, 6.0, (100, 200)
 
@@ -408,11 +409,13 @@ def test_at_the_first_fit_a_paced_phase_takes_the_other_phases_scale_within_its_
                                 host_bw_ms=host_bw_ms, host_transfer_ms=(0.0, 0.0), transfer_ops=(0, 0))
 
     c = corrected(Corrections(), P, measured(5.0, 7.2, 4.8, 3.0))  # backward 1.2x its estimate
-    assert c.bw_scale == pytest.approx(1.2) and c.fw_scale == pytest.approx(1.2)
-    c = corrected(Corrections(), P, measured(4.4, 7.2, 4.3, 3.0))  # its own time allows 1.1x
-    assert c.bw_scale == pytest.approx(1.2) and c.fw_scale == pytest.approx(1.1)
+    assert c.bw_scale == pytest.approx(1.2) and c.fw_scale == pytest.approx(1.2 ** 0.5)
+    c = corrected(Corrections(), P, measured(4.2, 7.2, 4.0, 3.0))  # its own time allows 1.05x
+    assert c.bw_scale == pytest.approx(1.2) and c.fw_scale == pytest.approx(1.05)
     c = corrected(Corrections(), P, measured(3.6, 6.0, 1.0, 5.9))  # the backward paced
-    assert c.fw_scale == pytest.approx(0.9) and c.bw_scale == pytest.approx(0.9)
+    assert c.fw_scale == pytest.approx(0.9) and c.bw_scale == pytest.approx(0.9 ** 0.5)
+    c = corrected(Corrections(fw_scale=2.0), P, measured(5.0, 7.2, 4.8, 3.0))  # from where it was
+    assert c.fw_scale == pytest.approx((2.0 * 1.2) ** 0.5)
     both = corrected(Corrections(), P, measured(5.0, 7.2, 4.8, 7.0))  # both paced: nothing to go by
     assert both.fw_scale == 1.0 and both.bw_scale == 1.0
     unmeasured = corrected(Corrections(), P, measure.Measured(call=3, fw_ms=5.0, bw_ms=6.6, stall_ms=0.0))
@@ -453,7 +456,7 @@ def test_compute_scales_are_fitted_so_time_waiting_for_the_host_counts_once():
     fitted_before = Corrections(fw_scale=1.2, measured_call=2)
     assert corrected(fitted_before, p, paced_fw, plan.resimulate).fw_scale == 1.2  # kept
     first = corrected(Corrections(), p, paced_fw, plan.resimulate)  # the first fit: the backward's
-    assert first.fw_scale == pytest.approx(min(first.bw_scale, paced_fw.fw_ms / p.fw_compute_ms))
+    assert first.fw_scale == pytest.approx(min(first.bw_scale ** 0.5, paced_fw.fw_ms / p.fw_compute_ms), rel=0.01)
     ratio = corrected(Corrections(), p, m)  # no simulation: the waits in the scales too
     assert ratio.fw_scale > 1.5 * 1.02
     double = plan.resimulate(ratio.fw_scale, ratio.bw_scale, host_us=ratio.host_us, op_host_us=ratio.op_host_us)
