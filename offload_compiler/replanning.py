@@ -42,7 +42,7 @@ import torch
 from torch.utils._pytree import tree_leaves
 
 from .nbytes import nbytes_text
-from .planning.replan import (Corrections, corrected, disagreements, over_limit, overhead, repredicted,
+from .planning.replan import (Corrections, corrected, disagreements, held_overhead, over_limit, repredicted,
                               worse)
 from .reporting.dump import write_measured
 from .reporting.records import GraphPlan
@@ -319,23 +319,21 @@ class MeasuredGraph:
         predicts that one, where ``before`` measured faster. ``None`` otherwise; the
         measured overhead is logged either way."""
         plan = self.plan
-        if self.max_overhead is None or self.corrections.limit_bytes is not None:
+        held = held_overhead(timed.step_ms, before.measured.step_ms, plan.predicted, self.corrections,
+                             self.max_overhead)
+        if held is None:
             return None
-        new = overhead(timed.step_ms, plan.predicted, self.corrections)
-        if new is None:
-            return None
-        old = overhead(before.measured.step_ms, plan.predicted, self.corrections)
+        new, old, gives_way = held
         baseline = (f"{plan.predicted.baseline_step_ms:.2f} ms with nothing moved, as graph "
                     f"{before.graph_id}'s measurement explains it")
         log.info("offload: graph %d: \"auto\" measured %s %s the step with nothing moved (%s; "
                  "max_overhead %s)", plan.graph_id, _percent(abs(new)), "over" if new >= 0 else "under",
                  baseline, _percent(self.max_overhead))
-        if new <= self.max_overhead:
-            return None
-        if before.measured.step_ms >= timed.step_ms:
+        if new > self.max_overhead and not gives_way:
             log.warning("offload: graph %d: \"auto\" measured %s over the step with nothing moved, past "
                         "max_overhead %s; the plan it replaced (graph %d) measured %s: keeping the faster",
                         plan.graph_id, _percent(new), _percent(self.max_overhead), before.graph_id, _percent(old))
+        if not gives_way:
             return None
         return (f"measured {timed.step_ms:.2f} ms, {_percent(new)} over {baseline}, past max_overhead "
                 f"{_percent(self.max_overhead)}; graph {before.graph_id} measured {before.measured.step_ms:.2f} ms "

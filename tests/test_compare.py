@@ -121,6 +121,8 @@ def test_each_row_compiles_with_cold_caches_unless_told_warm(tmp_path, monkeypat
     assert not any(os.path.exists(f) for f in folders + plans)  # removed after each row
     phases = rows[1].extra["first_step_s_by_phase"]
     assert phases["OffloadPartitioner"] > 0 and phases["compile_fx_inner"] > 0
+    (timed,) = rows[1].extra["step_times_ms"]  # steps=1: each timed step, beside their median
+    assert timed > 0 and rows[1].step_ms == pytest.approx(timed, abs=1e-3)
     from offload_compiler.compare import harness
 
     with harness._worker_env("warm") as env:

@@ -15,7 +15,8 @@ import torch
 from offload_compiler.config import OffloadConfig
 from offload_compiler.nbytes import nbytes_text
 from offload_compiler.models.gpt import GPT, make_batch, preset
-from offload_compiler.planning.replan import TOLERANCE, Corrections, MemoryLimitError, corrected, disagreements
+from offload_compiler.planning.replan import (TOLERANCE, Corrections, MemoryLimitError, corrected, disagreements,
+                                              held_overhead)
 from offload_compiler.replanning import MAX_LIMIT_REPLANS
 from offload_compiler.runtime import host_pool, measure
 
@@ -291,6 +292,21 @@ def test_auto_holds_its_overhead_as_measured(before_ms, after_ms, kw, gives_way,
                        "measurement explains it, past max_overhead 3.0%; graph 0 measured 102.00 ms (2.0%)")
     if (before_ms, after_ms) == (105.0, 104.0):
         assert "keeping the faster" in caplog.text
+
+
+def test_held_overhead_is_decided_on_the_measurements_alone():
+    """``planning.replan.held_overhead``, without a graph: both plans' overheads over the
+    fitted step with nothing moved, and whether the re-plan gives way."""
+    class P:
+        baseline_step_ms = 100.0
+
+    fitted = Corrections(measured_call=3)
+    assert held_overhead(104.0, 102.0, P, fitted, 0.03) == (pytest.approx(0.04), pytest.approx(0.02), True)
+    assert held_overhead(104.0, 105.0, P, fitted, 0.03)[2] is False  # the replaced plan was slower
+    assert held_overhead(102.9, 102.0, P, fitted, 0.03)[2] is False  # within
+    assert held_overhead(104.0, 102.0, P, fitted, None) is None  # a fixed budget
+    assert held_overhead(104.0, 102.0, P, Corrections(), 0.03) is None  # nothing fitted
+    assert held_overhead(104.0, 102.0, P, Corrections(measured_call=3, limit_bytes=1 << 30), 0.03) is None
 
 
 def test_auto_searches_at_once_where_nothing_will_be_measured(caplog):

@@ -290,6 +290,7 @@ def run_strategy(spec: dict[str, Any]) -> Row:
     if cudagraphs:
         row.note = "memory measured on the steps that warm up and record the CUDA graphs"
     row.step_ms = statistics.median(times)
+    row.extra["step_times_ms"] = [round(t, 3) for t in times]  # each timed step: the spread behind the median
     row.tokens_per_s = tokens / (row.step_ms / 1e3)
     if peaks:
         row.peak_gib = max(peaks) / 2**30

@@ -32,7 +32,8 @@ inputs a measured call of the compiled graph (``runtime.measure.Measured``) corr
 plan again (``TOLERANCE``), :func:`corrected` gives the new inputs, and :func:`worse`
 whether the new plan, measured in turn, did worse than the one it replaced.
 :func:`overhead` is a measured step's cost over the step with nothing moved, as a model
-corrected from a measurement predicts that one: how ``"auto"``'s ``max_overhead`` is
+corrected from a measurement predicts that one, and :func:`held_overhead` whether a
+re-plan gives way to the plan it replaced on it: how ``"auto"``'s ``max_overhead`` is
 held as measured.
 """
 
@@ -167,6 +168,23 @@ def overhead(step_ms: float, predicted: Any, corrections: Corrections) -> float 
     if corrections.measured_call is None or step_ms <= 0 or predicted.baseline_step_ms <= 0:
         return None
     return step_ms / predicted.baseline_step_ms - 1
+
+
+def held_overhead(new_ms: float, old_ms: float, predicted: Any, corrections: Corrections,
+                  max_overhead: float | None) -> tuple[float, float | None, bool] | None:
+    """``"auto"`` holding ``max_overhead`` on a re-plan measured at ``new_ms`` whose
+    replaced plan measured ``old_ms``: both plans' :func:`overhead` (``predicted``, the
+    re-plan's, was made with ``corrections``, fitted to the replaced plan's measurement)
+    and whether the re-plan gives way, being more than ``max_overhead`` over the step
+    with nothing moved where the replaced plan measured faster. ``None`` where the
+    overhead is not held on the measurement: a fixed budget (``max_overhead`` ``None``),
+    ``memory_limit`` (the limit decides), or no fitted step with nothing moved."""
+    if max_overhead is None or corrections.limit_bytes is not None:
+        return None
+    new = overhead(new_ms, predicted, corrections)
+    if new is None:
+        return None
+    return new, overhead(old_ms, predicted, corrections), new > max_overhead and old_ms < new_ms
 
 
 def repredicted(predicted: Any, resimulate: Callable[..., Any], planned_with: Corrections,
