@@ -118,6 +118,56 @@ def test_attention_given_a_mask_is_costed_at_the_masked_rates_where_measured():
     assert node_ms(causal_bw, masked) == node_ms(causal_bw, hw)
 
 
+def _conv_nodes(dtype):
+    """The forward and backward convolution nodes of a traced 3x3 convolution and its gradients."""
+    import torch.nn.functional as F
+
+    def fn(x, w):
+        return torch.autograd.grad(F.conv2d(x, w, padding=1).sum(), (x, w))
+
+    inputs = [torch.randn(2, 8, 16, 16, dtype=dtype, requires_grad=True),
+              torch.randn(8, 8, 3, 3, dtype=dtype, requires_grad=True)]
+    gm = make_fx(fn, tracing_mode="fake")(*inputs)
+    (fw,) = [n for n in gm.graph.nodes if n.target == torch.ops.aten.convolution.default]
+    (bw,) = [n for n in gm.graph.nodes if n.target == torch.ops.aten.convolution_backward.default]
+    return fw, bw
+
+
+def test_convolutions_are_costed_at_their_calibrated_rates_where_measured():
+    """A low-precision convolution runs at the calibrated convolution rate of its
+    direction; a profile without them (0), and a float32 convolution, price it at the
+    matmul rate of its dtype."""
+    import dataclasses
+
+    from offload_compiler.planning.costs import node_flops
+
+    fw, bw = _conv_nodes(torch.bfloat16)
+    assert node_flops(bw) == 2 * node_flops(fw) > 0  # both gradients
+    hw = dataclasses.replace(CPU_PROFILE, matmul_tflops=1e-3, matmul_fp32_tflops=1e-4, memory_gbps=1e9)
+    launch = hw.launch_us / 1e3
+    assert node_ms(fw, hw) == pytest.approx(node_flops(fw) / 1e9 * 1e3 + launch)  # not measured
+    conv = dataclasses.replace(hw, conv_tflops=4e-4, conv_backward_tflops=2e-4)
+    assert node_ms(fw, conv) == pytest.approx(node_flops(fw) / 4e8 * 1e3 + launch)
+    assert node_ms(bw, conv) == pytest.approx(node_flops(bw) / 2e8 * 1e3 + launch)
+    fw32, _ = _conv_nodes(torch.float32)
+    assert node_ms(fw32, conv) == pytest.approx(node_flops(fw32) / 1e8 * 1e3 + launch)
+
+
+def test_calibration_rates_convolutions_by_their_flops_over_their_time(monkeypatch):
+    """``hardware._conv_tflops``: FLOPs of its shapes over the timed forward, twice
+    those over the backward (the timed forward and backward less the forward), with the
+    timing stood in for (the GPU suite times real kernels)."""
+    from offload_compiler.planning import hardware
+
+    monkeypatch.setattr(hardware, "CONV_SHAPES", ((2, 4, 8, 6, 3), (2, 6, 8, 4, 1)))
+    timed = iter([1.0, 4.0, 0.5, 1.5])  # per shape: forward, then forward and backward
+    monkeypatch.setattr(hardware, "_per_call_ms", lambda fn, calls: next(timed))
+    fw, bw = hardware._conv_tflops(torch.device("cpu"))
+    flops = 2 * 2 * 6 * 8 * 8 * 4 * 9 + 2 * 2 * 4 * 8 * 8 * 6 * 1
+    assert fw == pytest.approx(flops / 1.5 / 1e9)  # 1.0 + 0.5 ms
+    assert bw == pytest.approx(2 * flops / 4.0 / 1e9)  # (4.0 - 1.0) + (1.5 - 0.5) ms
+
+
 def test_the_h100_profile_prices_masked_attention_as_measured_there():
     """The offline H100 profile's masked rates are HF Llama's cuDNN attention with its
     mask (session 30): 1.568 ms forward and 5.068 ms backward for its shape."""

@@ -345,6 +345,9 @@ def test_calibration_measures_real_kernels_even_under_fake_mode():
     # Attention given a mask: a fused kernel takes one on the lent GPUs, and computes every score.
     assert 0.1 * profile.attention_tflops < profile.attention_masked_tflops <= 1.2 * profile.attention_tflops
     assert 0.1 * profile.attention_backward_tflops < profile.attention_masked_backward_tflops
+    # Convolutions (cuDNN, channels-last bf16): measured, and no faster than matmuls can run.
+    assert 0.02 * profile.matmul_tflops < profile.conv_tflops <= 1.2 * profile.matmul_tflops
+    assert 0.02 * profile.matmul_tflops < profile.conv_backward_tflops <= 1.2 * profile.matmul_tflops
 
 
 def test_cost_model_parity_and_memory_at_budgets():

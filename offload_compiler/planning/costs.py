@@ -76,11 +76,21 @@ def node_flops(node: fx.Node) -> int:
     return int((hint or 0) * _attention_mask_fraction(node))
 
 
+#: Convolution ops (their ``overloadpacket`` names) and the direction each computes.
+_CONVOLUTIONS = {"convolution": "forward", "convolution_backward": "backward"}
+
+
 def _rate(node: fx.Node, hw: HardwareProfile) -> float:
     """FLOP/s of ``node``'s kernel: the calibrated attention rates for fused attention
     in a low-precision dtype (those of attention given a mask where it is given one and
-    they were measured), else the matmul rate of its dtype."""
+    they were measured), the calibrated convolution rates for a convolution in one
+    (where measured), else the matmul rate of its dtype."""
     dtype = _dtype(node)
+    packet = getattr(called_op(node)[0], "overloadpacket", None)
+    conv = _CONVOLUTIONS.get(getattr(packet, "__name__", ""))
+    if conv is not None and dtype not in (torch.float32, torch.float64):
+        tflops = hw.conv_tflops if conv == "forward" else hw.conv_backward_tflops
+        return tflops * 1e12 if tflops else hw.matmul_rate(dtype)
     direction = attention_direction(node)
     if direction is None or dtype in (torch.float32, torch.float64):
         return hw.matmul_rate(dtype)

@@ -62,6 +62,16 @@ class HardwareProfile:
     scale of every other op. 0: not measured, the causal rate is used."""
     attention_masked_backward_tflops: float = 0.0
     """The same for the backward kernel of attention given a mask."""
+    conv_tflops: float = 0.0
+    """Convolution forward throughput in the low-precision dtype, TFLOP/s, over a mix of
+    a bottleneck block's shapes in channels-last layout (:data:`CONV_SHAPES`). Priced at
+    the matmul rate, convolutions were the kernels furthest from their estimate: on an
+    H100 (torch 2.11) ResNet-50's forward kernels ran 1.46x their estimate and its
+    backward's 2.18x (``benchmarks/RESULTS.md``, session 31). 0: not measured, the matmul
+    rate is used."""
+    conv_backward_tflops: float = 0.0
+    """The same for the backward (the input's and the weight's gradients, counted as
+    torch's flop counter counts ``convolution_backward``)."""
     launch_us: float = 4.0
     """Fixed cost of one kernel, microseconds."""
     copy_slowdown: float = 0.0
@@ -139,7 +149,7 @@ def copy_profiles(source: Path, folder: Path) -> None:
 
 _memo: dict[str, HardwareProfile] = {}
 #: Bumped when calibration measures differently, so profiles cached before are remeasured.
-PROFILE_VERSION = 5
+PROFILE_VERSION = 6
 
 
 def causal_fraction(q_len: int, k_len: int) -> float:
@@ -208,7 +218,7 @@ def time_ms(fn, repeat: int = 5) -> float:
 
 
 def calibrate(device: torch.device) -> HardwareProfile:
-    """Measure copy bandwidths, matmul, attention and memory rates (about a second).
+    """Measure copy bandwidths, matmul, attention, convolution and memory rates (a few seconds).
 
     Runs real kernels even when called during compilation, where a fake tensor mode is
     active (the planner runs inside AOTAutograd's partitioner).
@@ -238,7 +248,8 @@ def _plausible(p: HardwareProfile) -> bool:
             and 0.1 <= p.matmul_tflops <= 20000 and 10 <= p.memory_gbps <= 100000
             and 0.1 <= p.attention_tflops <= 20000 and 0.1 <= p.attention_backward_tflops <= 20000
             and all(r == 0 or 0.1 <= r <= 20000
-                    for r in (p.attention_masked_tflops, p.attention_masked_backward_tflops)))
+                    for r in (p.attention_masked_tflops, p.attention_masked_backward_tflops,
+                              p.conv_tflops, p.conv_backward_tflops)))
 
 
 #: ``(m, k, n)`` of the bf16 matmuls whose total FLOPs over total time is the calibrated
@@ -310,6 +321,41 @@ def _attention_tflops(device: torch.device, masked: bool, instead: str) -> tuple
     return flops / fw_ms / 1e9, 2.5 * flops / bw_ms / 1e9
 
 
+#: ``(batch, in channels, height and width, out channels, kernel size)`` of the bf16
+#: convolutions (stride 1, padded to keep the size) whose total FLOPs over total time are
+#: the calibrated convolution rates: a ResNet bottleneck's at batch 128, its 1x1
+#: reductions and expansions and 3x3 convolutions at two widths.
+CONV_SHAPES = ((128, 256, 56, 64, 1), (128, 64, 56, 64, 3), (128, 128, 28, 128, 3), (128, 256, 14, 1024, 1))
+
+
+def _conv_tflops(device: torch.device) -> tuple[float, float] | None:
+    """Forward and backward TFLOP/s of :data:`CONV_SHAPES` in bfloat16, channels-last
+    (the backward computes both gradients, twice the forward's FLOPs); ``None`` where
+    they cannot run (logged: the matmul rate is used)."""
+    import torch.nn.functional as F
+
+    flops = fw_ms = bw_ms = 0.0
+    try:
+        for n, cin, size, cout, k in CONV_SHAPES:
+            x, w = (torch.randn(shape, device=device, dtype=torch.bfloat16)
+                    .contiguous(memory_format=torch.channels_last).requires_grad_()
+                    for shape in ((n, cin, size, size), (cout, cin, k, k)))
+
+            def conv(x=x, w=w, k=k):
+                return F.conv2d(x, w, padding=k // 2)
+
+            forward = _per_call_ms(conv, 10)
+            with torch.enable_grad():
+                grad = torch.randn_like(conv())
+                both = _per_call_ms(lambda: torch.autograd.grad(conv(), (x, w), grad), 5)
+            flops += 2 * n * cout * size * size * cin * k * k
+            fw_ms, bw_ms = fw_ms + forward, bw_ms + max(both - forward, 1e-3)
+    except RuntimeError as err:
+        log.info("offload: could not time convolutions on %s (%s); using the matmul rate", device, err)
+        return None
+    return flops / fw_ms / 1e9, 2 * flops / bw_ms / 1e9
+
+
 def _measure(device: torch.device) -> HardwareProfile:
     t0 = time.perf_counter()
     with torch.cuda.device(device):
@@ -348,6 +394,7 @@ def _measure(device: torch.device) -> HardwareProfile:
         # No fused attention kernel here: cost it as matmuls; none that takes a mask: as causal attention.
         causal = _attention_tflops(device, masked=False, instead="the matmul rate") or (matmul_tflops,) * 2
         masked = _attention_tflops(device, masked=True, instead="the causal rates") or (0.0, 0.0)
+        conv = _conv_tflops(device) or (0.0, 0.0)
         # Thirty elementwise adds over 64 MiB buffers of their own (about 2 ms on an H100).
         u, v, w = (torch.empty(64 << 20, dtype=torch.uint8, device=device).view(torch.bfloat16)
                    for _ in range(3))
@@ -365,6 +412,8 @@ def _measure(device: torch.device) -> HardwareProfile:
         attention_backward_tflops=causal[1],
         attention_masked_tflops=masked[0],
         attention_masked_backward_tflops=masked[1],
+        conv_tflops=conv[0],
+        conv_backward_tflops=conv[1],
         copy_slowdown=slowdown,
         name=torch.cuda.get_device_name(device),
     )
