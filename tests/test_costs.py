@@ -154,15 +154,15 @@ def test_convolutions_are_costed_at_their_calibrated_rates_where_measured():
 
 
 def test_calibration_rates_convolutions_by_their_flops_over_their_time(monkeypatch):
-    """``hardware._conv_tflops``: FLOPs of its shapes over the timed forward, twice
+    """``calibration._conv_tflops``: FLOPs of its shapes over the timed forward, twice
     those over the backward (the timed forward and backward less the forward), with the
     timing stood in for (the GPU suite times real kernels)."""
-    from offload_compiler.planning import hardware
+    from offload_compiler.planning import calibration
 
-    monkeypatch.setattr(hardware, "CONV_SHAPES", ((2, 4, 8, 6, 3), (2, 6, 8, 4, 1)))
+    monkeypatch.setattr(calibration, "CONV_SHAPES", ((2, 4, 8, 6, 3), (2, 6, 8, 4, 1)))
     timed = iter([1.0, 4.0, 0.5, 1.5])  # per shape: forward, then forward and backward
-    monkeypatch.setattr(hardware, "_per_call_ms", lambda fn, calls: next(timed))
-    fw, bw = hardware._conv_tflops(torch.device("cpu"))
+    monkeypatch.setattr(calibration, "per_call_ms", lambda fn, calls: next(timed))
+    fw, bw = calibration._conv_tflops(torch.device("cpu"))
     flops = 2 * 2 * 6 * 8 * 8 * 4 * 9 + 2 * 2 * 4 * 8 * 8 * 6 * 1
     assert fw == pytest.approx(flops / 1.5 / 1e9)  # 1.0 + 0.5 ms
     assert bw == pytest.approx(2 * flops / 4.0 / 1e9)  # (4.0 - 1.0) + (1.5 - 0.5) ms
