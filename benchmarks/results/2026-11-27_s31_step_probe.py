@@ -7,6 +7,10 @@ results it made.
 
     PYTHONPATH=$PWD python benchmarks/results/2026-11-27_s31_step_probe.py MODEL OPTIONS_JSON|inductor STEPS [WARMUP]
 
+``PIN=N`` in the environment keeps the process on CPU core ``N`` (``os.sched_setaffinity``):
+for the next session's check of whether the host's two speeds (session 31) come from
+the main thread moving between cores. Not used in session 31's commands.
+
 MODEL is a factory of ``benchmarks/zoo_models`` (``llama`` runs in bf16 weights).
 Each step runs as the zoo's harness runs it (forward, a scalar loss, backward,
 gradients set to None) between two synchronisations and prints: its wall time, the
@@ -18,6 +22,7 @@ backend's own INFO log (each measurement, with its host times) goes to stdout to
 import gc
 import json
 import logging
+import os
 import sys
 import time
 
@@ -28,6 +33,8 @@ import offload_compiler  # noqa: E402
 from offload_compiler import replanning  # noqa: E402
 import zoo_models  # noqa: E402
 
+if os.environ.get("PIN"):
+    os.sched_setaffinity(0, {int(os.environ["PIN"])})
 name, how, steps = sys.argv[1], sys.argv[2], int(sys.argv[3])
 if len(sys.argv) > 4:
     replanning.WARMUP_BACKWARDS = int(sys.argv[4])
