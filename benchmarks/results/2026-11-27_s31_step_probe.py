@@ -7,7 +7,8 @@ results it made.
 
     PYTHONPATH=$PWD python benchmarks/results/2026-11-27_s31_step_probe.py MODEL OPTIONS_JSON|inductor STEPS [WARMUP]
 
-``PIN=N`` in the environment keeps the process on CPU core ``N`` (``os.sched_setaffinity``):
+``PIN=N`` in the environment keeps the process on CPU core ``N`` (``os.sched_setaffinity``)
+from the second step on (after the first compile has started Inductor's workers):
 for the next session's check of whether the host's two speeds (session 31) come from
 the main thread moving between cores. Not used in session 31's commands.
 
@@ -33,8 +34,6 @@ import offload_compiler  # noqa: E402
 from offload_compiler import replanning  # noqa: E402
 import zoo_models  # noqa: E402
 
-if os.environ.get("PIN"):
-    os.sched_setaffinity(0, {int(os.environ["PIN"])})
 name, how, steps = sys.argv[1], sys.argv[2], int(sys.argv[3])
 if len(sys.argv) > 4:
     replanning.WARMUP_BACKWARDS = int(sys.argv[4])
@@ -65,6 +64,8 @@ def device_calls():
 
 gc.callbacks.append(on_gc)
 for i in range(steps):
+    if i == 1 and os.environ.get("PIN"):
+        os.sched_setaffinity(0, {int(os.environ["PIN"])})
     torch.cuda.synchronize()
     del collections[:]
     measuring = sorted({w for g in backend._measured for w in g.recorders}) if backend else []
