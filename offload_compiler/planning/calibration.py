@@ -5,7 +5,7 @@ Each rate is timed on real kernels of fixed shapes, back to back between two eve
 kernels run in a step): the copy bandwidths one way and both ways at once, matmuls over
 a mix of shapes (:data:`MATMUL_SHAPES`), float32 matmuls, an elementwise kernel's memory
 bandwidth, fused attention with a causal mask and given one as a tensor, convolutions
-over a bottleneck's shapes (:data:`CONV_SHAPES`), and how much slower memory-bound
+over ResNet-50's shapes (:data:`CONV_SHAPES`), and how much slower memory-bound
 kernels run beside copies.
 """
 
@@ -92,9 +92,13 @@ def _attention_tflops(device: torch.device, masked: bool, instead: str) -> tuple
 
 #: ``(batch, in channels, height and width, out channels, kernel size)`` of the bf16
 #: convolutions (stride 1, padded to keep the size) whose total FLOPs over total time are
-#: the calibrated convolution rates: a ResNet bottleneck's at batch 128, its 1x1
-#: reductions and expansions and 3x3 convolutions at two widths.
-CONV_SHAPES = ((128, 256, 56, 64, 1), (128, 64, 56, 64, 3), (128, 128, 28, 128, 3), (128, 256, 14, 1024, 1))
+#: the calibrated convolution rates: ResNet-50's at batch 128, its 3x3 convolutions at
+#: three widths and a 1x1 expansion of its last stage. Each does at least about 300 FLOPs
+#: per byte it reads and writes, so it runs at the compute rate: the cost model takes
+#: the larger of a kernel's compute and memory time, and a memory-bound shape (a 1x1
+#: reduction from 256 to 64 channels: about 50 FLOPs per byte) would put its memory time
+#: into the compute rate as well.
+CONV_SHAPES = ((128, 64, 56, 64, 3), (128, 128, 28, 128, 3), (128, 256, 14, 256, 3), (128, 512, 7, 2048, 1))
 
 
 def _conv_tflops(device: torch.device) -> tuple[float, float] | None:
