@@ -15,8 +15,9 @@ timed call starts after the memory call's backward ended, so the allocator's rec
 (which slows the host) is off while it runs. A timed call during which the host pool
 allocated or released a block (pinning host memory stops the host for a while, and the
 GPU with it; giving it back waits for the whole device) is measured again,
-``MAX_REMEASURES`` times at most. Where they disagree beyond the tolerance, or the step went over ``memory_limit``, it plans again from the corrected
-inputs (``planning.replan.corrected``), compiles the graph again with that plan, and
+``MAX_REMEASURES`` times at most. Where they disagree beyond the tolerance, or the step
+went over ``memory_limit``, it plans again from the corrected inputs
+(``planning.replan.corrected``), compiles the graph again with that plan, and
 runs the new one from this call on: a step boundary, since every forward call runs
 whole on one compiled graph and an autograd node keeps the backward it was made with.
 That happens at most once per graph (``MAX_REPLANS``), or up to ``MAX_LIMIT_REPLANS``
@@ -329,11 +330,12 @@ class MeasuredGraph:
         log.info("offload: graph %d: \"auto\" measured %s %s the step with nothing moved (%s; "
                  "max_overhead %s)", plan.graph_id, _percent(abs(new)), "over" if new >= 0 else "under",
                  baseline, _percent(self.max_overhead))
-        if new > self.max_overhead and not gives_way:
-            log.warning("offload: graph %d: \"auto\" measured %s over the step with nothing moved, past "
-                        "max_overhead %s; the plan it replaced (graph %d) measured %s: keeping the faster",
-                        plan.graph_id, _percent(new), _percent(self.max_overhead), before.graph_id, _percent(old))
         if not gives_way:
+            if new > self.max_overhead:
+                log.warning("offload: graph %d: \"auto\" measured %s over the step with nothing moved, past "
+                            "max_overhead %s; the plan it replaced (graph %d) measured %s: keeping the faster",
+                            plan.graph_id, _percent(new), _percent(self.max_overhead), before.graph_id,
+                            _percent(old))
             return None
         return (f"measured {timed.step_ms:.2f} ms, {_percent(new)} over {baseline}, past max_overhead "
                 f"{_percent(self.max_overhead)}; graph {before.graph_id} measured {before.measured.step_ms:.2f} ms "

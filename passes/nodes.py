@@ -303,6 +303,13 @@ def attention_direction(node: fx.Node) -> str | None:
     return "backward" if name.endswith("_backward") else "forward"
 
 
+def convolution_direction(node: fx.Node) -> str | None:
+    """``"forward"`` or ``"backward"`` for a convolution op (``convolution``,
+    ``convolution_backward``)."""
+    packet = getattr(called_op(node)[0], "overloadpacket", None)
+    return {"convolution": "forward", "convolution_backward": "backward"}.get(getattr(packet, "__name__", ""))
+
+
 def op_argument(node: fx.Node, name: str):
     """The value ``node`` passes for its op's argument ``name`` (schema default if absent)."""
     target, args, kwargs = called_op(node)

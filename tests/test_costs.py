@@ -141,7 +141,10 @@ def test_convolutions_are_costed_at_their_calibrated_rates_where_measured():
 
     from offload_compiler.planning.costs import node_flops
 
+    from passes.nodes import convolution_direction
+
     fw, bw = _conv_nodes(torch.bfloat16)
+    assert (convolution_direction(fw), convolution_direction(bw)) == ("forward", "backward")
     assert node_flops(bw) == 2 * node_flops(fw) > 0  # both gradients
     hw = dataclasses.replace(CPU_PROFILE, matmul_tflops=1e-3, matmul_fp32_tflops=1e-4, memory_gbps=1e9)
     launch = hw.launch_us / 1e3

@@ -44,6 +44,16 @@ def per_call_ms(fn, calls: int) -> float:
     return time_ms(lambda: [fn() for _ in range(calls)]) / calls
 
 
+def _forward_backward_ms(fn, inputs) -> tuple[float, float]:
+    """Milliseconds per call of ``fn`` (inputs requiring gradients in, one tensor out)
+    and of its backward to ``inputs``: timed with the forward, less the forward."""
+    forward = per_call_ms(fn, 10)
+    with torch.enable_grad():
+        grad = torch.randn_like(fn())
+        both = per_call_ms(lambda: torch.autograd.grad(fn(), inputs, grad), 5)
+    return forward, max(both - forward, 1e-3)
+
+
 def _attention_ms(device: torch.device, dtype: torch.dtype, masked: bool = False) -> tuple[float, float, int]:
     """``(forward ms, backward ms, forward FLOPs)`` of a causal scaled-dot-product
     attention (batch 2, 16 heads, 4096 tokens, head size 128) as SDPA dispatches it.
@@ -70,12 +80,8 @@ def _attention_ms(device: torch.device, dtype: torch.dtype, masked: bool = False
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=not masked)
 
     with sdpa_kernel(fused):
-        fw_ms = per_call_ms(attention, 10)
-        with torch.enable_grad():
-            grad = torch.randn(shape, device=device, dtype=dtype)
-            both_ms = per_call_ms(lambda: torch.autograd.grad(attention(), (q, k, v), grad), 5)
-    flops = int(4 * b * h * t * t * e * (1.0 if masked else causal_fraction(t, t)))
-    return fw_ms, max(both_ms - fw_ms, 1e-3), flops
+        fw_ms, bw_ms = _forward_backward_ms(attention, (q, k, v))
+    return fw_ms, bw_ms, int(4 * b * h * t * t * e * (1.0 if masked else causal_fraction(t, t)))
 
 
 def _attention_tflops(device: torch.device, masked: bool, instead: str) -> tuple[float, float] | None:
@@ -114,15 +120,9 @@ def _conv_tflops(device: torch.device) -> tuple[float, float] | None:
                     .contiguous(memory_format=torch.channels_last).requires_grad_()
                     for shape in ((n, cin, size, size), (cout, cin, k, k)))
 
-            def conv(x=x, w=w, k=k):
-                return F.conv2d(x, w, padding=k // 2)
-
-            forward = per_call_ms(conv, 10)
-            with torch.enable_grad():
-                grad = torch.randn_like(conv())
-                both = per_call_ms(lambda: torch.autograd.grad(conv(), (x, w), grad), 5)
+            forward, backward = _forward_backward_ms(lambda: F.conv2d(x, w, padding=k // 2), (x, w))
             flops += 2 * n * cout * size * size * cin * k * k
-            fw_ms, bw_ms = fw_ms + forward, bw_ms + max(both - forward, 1e-3)
+            fw_ms, bw_ms = fw_ms + forward, bw_ms + backward
     except RuntimeError as err:
         log.info("offload: could not time convolutions on %s (%s); using the matmul rate", device, err)
         return None

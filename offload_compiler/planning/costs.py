@@ -25,8 +25,8 @@ import torch.fx as fx
 from torch.utils.flop_counter import flop_registry, sdpa_backward_flop_count, sdpa_flop_count
 
 from passes.materialization import is_materialized
-from passes.nodes import (CPU_ATTENTION_OPS, attention_direction, called_op, is_extern, is_free,
-                          node_values, op_argument, size_hint, tensor_bytes)
+from passes.nodes import (CPU_ATTENTION_OPS, attention_direction, called_op, convolution_direction, is_extern,
+                          is_free, node_values, op_argument, size_hint, tensor_bytes)
 
 from .hardware import HardwareProfile, causal_fraction, time_ms
 
@@ -76,23 +76,20 @@ def node_flops(node: fx.Node) -> int:
     return int((hint or 0) * _attention_mask_fraction(node))
 
 
-#: Convolution ops (their ``overloadpacket`` names) and the direction each computes.
-_CONVOLUTIONS = {"convolution": "forward", "convolution_backward": "backward"}
-
-
 def _rate(node: fx.Node, hw: HardwareProfile) -> float:
-    """FLOP/s of ``node``'s kernel: the calibrated attention rates for fused attention
-    in a low-precision dtype (those of attention given a mask where it is given one and
-    they were measured), the calibrated convolution rates for a convolution in one
-    (where measured), else the matmul rate of its dtype."""
+    """FLOP/s of ``node``'s kernel: in a low-precision dtype, the calibrated attention
+    rates for fused attention (those of attention given a mask where it is given one and
+    they were measured) and the calibrated convolution rates for a convolution (where
+    measured); else the matmul rate of its dtype."""
     dtype = _dtype(node)
-    packet = getattr(called_op(node)[0], "overloadpacket", None)
-    conv = _CONVOLUTIONS.get(getattr(packet, "__name__", ""))
-    if conv is not None and dtype not in (torch.float32, torch.float64):
+    if dtype in (torch.float32, torch.float64):
+        return hw.matmul_rate(dtype)
+    conv = convolution_direction(node)
+    if conv is not None:
         tflops = hw.conv_tflops if conv == "forward" else hw.conv_backward_tflops
         return tflops * 1e12 if tflops else hw.matmul_rate(dtype)
     direction = attention_direction(node)
-    if direction is None or dtype in (torch.float32, torch.float64):
+    if direction is None:
         return hw.matmul_rate(dtype)
     forward = direction == "forward"
     tflops = hw.attention_tflops if forward else hw.attention_backward_tflops

@@ -3,9 +3,9 @@
 GB = 1e9 bytes and TFLOP = 1e12 floating-point operations throughout the cost model.
 
 - CUDA devices are calibrated by a short measurement (``calibration.py``, a few
-  seconds) the first time a device name is seen; the result is cached on disk (``$OFFLOAD_COMPILER_CACHE_DIR`` or
-  ``$XDG_CACHE_HOME/offload_compiler``, else ``~/.cache/offload_compiler``), one JSON file
-  per device name and torch version.
+  seconds) the first time a device name is seen; the result is cached on disk
+  (``$OFFLOAD_COMPILER_CACHE_DIR`` or ``$XDG_CACHE_HOME/offload_compiler``, else
+  ``~/.cache/offload_compiler``), one JSON file per device name and torch version.
 - CPU-only runs use :data:`CPU_PROFILE`, a fixed profile, so planning is deterministic.
 - ``OffloadConfig(hardware={...})`` overrides any field.
 """
@@ -62,12 +62,11 @@ class HardwareProfile:
     attention_masked_backward_tflops: float = 0.0
     """The same for the backward kernel of attention given a mask."""
     conv_tflops: float = 0.0
-    """Convolution forward throughput in the low-precision dtype, TFLOP/s, over a mix of
-    a bottleneck block's shapes in channels-last layout (:data:`CONV_SHAPES`). Priced at
-    the matmul rate, convolutions were the kernels furthest from their estimate: on an
-    H100 (torch 2.11) ResNet-50's forward kernels ran 1.46x their estimate and its
-    backward's 2.18x (``benchmarks/RESULTS.md``, session 31). 0: not measured, the matmul
-    rate is used."""
+    """Convolution forward throughput in the low-precision dtype, TFLOP/s, over
+    ResNet-50's compute-bound shapes in channels-last layout (``calibration.CONV_SHAPES``).
+    Priced at the matmul rate, ResNet-50's kernels gave the zoo's largest fitted scales:
+    on an H100 (torch 2.11) its forward ran 1.46x its estimate and its backward 2.18x
+    (``benchmarks/RESULTS.md``, session 31). 0: not measured, the matmul rate is used."""
     conv_backward_tflops: float = 0.0
     """The same for the backward (the input's and the weight's gradients, counted as
     torch's flop counter counts ``convolution_backward``)."""

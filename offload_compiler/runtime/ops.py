@@ -124,12 +124,9 @@ def _d2h_cuda(src: Tensor, like: Tensor) -> Tensor:
     if block.ready_event is not None:
         stream.wait_event(block.ready_event)
     start = measure.copy_started(stream) if measure.active is not None else None
-    device = streams.enter(stream)
-    try:
+    with streams.on(stream, compute):
         streams.inject_delay(streams.D2H)
         host.copy_(src, non_blocking=True)
-    finally:
-        streams.leave(compute, device)
     if start is not None:
         measure.copy_done(stream, start, "d2h", src.numel() * src.element_size())
     done = streams.mark_ready(stream)
@@ -206,12 +203,9 @@ def issue_copy_to_device(host: Tensor, target: torch.device, stride: Optional[Li
     if block is not None and block.ready_event is not None:
         stream.wait_event(block.ready_event)
     start = measure.copy_started(stream) if measure.active is not None else None
-    device = streams.enter(stream)
-    try:
+    with streams.on(stream, compute):
         streams.inject_delay(streams.H2D)
         out.copy_(host, non_blocking=True)
-    finally:
-        streams.leave(compute, device)
     if start is not None:
         measure.copy_done(stream, start, "h2d", out.numel() * out.element_size())
     done = streams.mark_ready(stream)
