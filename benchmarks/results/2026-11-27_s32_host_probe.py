@@ -3,7 +3,8 @@ speeds (session 31). Each step as the zoo's harness runs it, between two
 synchronisations, printing for the forward's issue and for ``backward()``: the wall
 time, the main thread's CPU time (``time.thread_time``), its involuntary context
 switches, the core it ran on before and after, and the cgroup's CPU throttling in the
-step (``cpu.stat``). Wall well over CPU time means the thread waited (preempted or
+step (``cpu.stat``), and the GPU's time from the forward's start to its end and to the
+backward's end (events on the compute stream). Wall well over CPU time means the thread waited (preempted or
 blocked in a CUDA call); CPU time as slow as the wall means the core itself ran slower
 or did more. Throwaway probe, kept with the results it made.
 
@@ -66,14 +67,19 @@ for i in range(steps):
     if i == 1 and os.environ.get("PIN"):
         os.sched_setaffinity(0, {int(os.environ["PIN"])})
     torch.cuda.synchronize()
+    e = [torch.cuda.Event(enable_timing=True) for _ in range(3)]
     m0 = mark()
+    e[0].record()
     out = fn(*batch)
+    e[1].record()
     m1 = mark()
     loss = out if out.dim() == 0 else out.float().mean()
     loss.backward()
+    e[2].record()
     m2 = mark()
     torch.cuda.synchronize()
     m3 = mark()
     model.zero_grad(set_to_none=True)
-    print(f"step {i:2d}: {1e3 * (m3[0] - m0[0]):7.1f} ms  fw wall/cpu {span(m0, m1)}  bw wall/cpu {span(m1, m2)}",
+    print(f"step {i:2d}: {1e3 * (m3[0] - m0[0]):7.1f} ms  gpu fw {e[0].elapsed_time(e[1]):6.2f} "
+          f"bw {e[1].elapsed_time(e[2]):6.2f}  fw wall/cpu {span(m0, m1)}  bw wall/cpu {span(m1, m2)}",
           flush=True)
