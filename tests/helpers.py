@@ -5,10 +5,19 @@ import copy
 import torch
 
 import offload_compiler
+from offload_compiler.replanning import TIMED_CALLS
 from offload_compiler.runtime import measure
 from passes import transfer_nodes
 
 LOOPBACK = {"devices": ("cpu",), "min_offload_bytes": 0, "policy": "all"}
+#: The calls a graph called once per step is measured on, in order, with what each
+#: measures: memory at its second call, time at its third and every other call after
+#: (each timing is read a step later), ``replanning.TIMED_CALLS`` times.
+MEASURED = [(2, "memory")] + [(3 + 2 * i, "time") for i in range(TIMED_CALLS)]
+#: The call (and step) that reads such a graph's measurement: the one after its last timed call.
+READ_AT = MEASURED[-1][0] + 1
+#: Steps that measure a plan and the plan made from its measurement (the re-plan's first call is ``READ_AT``).
+BOTH_READ = 2 * READ_AT - 1
 
 
 def train(model, inputs, backend, *, steps=3, seed=0, lr=1e-2):

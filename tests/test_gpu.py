@@ -11,7 +11,8 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from offload_compiler.runtime import host_pool, measure, streams
 from offload_compiler.models.gpt import GPT, make_batch, preset
-from helpers import assert_bitwise, assert_close, backend
+from helpers import READ_AT, assert_bitwise, assert_close, backend
+from offload_compiler.replanning import SETTLE_STEPS
 
 pytestmark = pytest.mark.gpu
 
@@ -397,7 +398,9 @@ def test_measurement_matches_the_allocator_and_names_what_holds_the_peak():
     b = backend(memory_budget=0.5)
     compiled = torch.compile(model, backend=b)
     idx, tgt = make_batch(CFG, "cuda")
-    for _ in range(12):
+    for _ in range(SETTLE_STEPS):
+        if b.settled:
+            break
         _act_of_one_step(compiled, model, idx, tgt)
     assert b.settled
     act, _ = _act_of_one_step(compiled, model, idx, tgt)
@@ -494,7 +497,7 @@ def test_the_timed_call_runs_without_the_allocators_history():
     idx, tgt = make_batch(CFG, "cuda")
     measure.set_source(Watching())
     try:
-        for _ in range(6):  # warm-up, memory, time, reading it, time again, reading that
+        for _ in range(READ_AT):  # warm-up, memory, each timing and the step that reads it
             _act_of_one_step(compiled, model, idx, tgt)
     finally:
         measure.set_source(None)
@@ -519,9 +522,12 @@ def test_memory_limit_holds_on_the_measured_peak():
     limit = (base_peak + low_peak) // 2  # between nothing moved and a plan that moves a lot
     b = backend(memory_limit=f"{limit}B")
     compiled = torch.compile(model, backend=b)
-    # Each plan: a warm-up step, memory, time, one reading it, time again, one reading
-    # that (``replanning.TIMED_CALLS``); up to three re-plans; three steps after.
-    peaks = [_act_of_one_step(compiled, model, idx, tgt)[1] for _ in range(27)]
+    # Each plan: a warm-up step, memory, each timing and one reading it
+    # (``replanning.TIMED_CALLS``); up to three re-plans; then three steps.
+    peaks = []
+    while not b.settled and len(peaks) < SETTLE_STEPS:
+        peaks.append(_act_of_one_step(compiled, model, idx, tgt)[1])
+    peaks += [_act_of_one_step(compiled, model, idx, tgt)[1] for _ in range(3)]
     print(f"limit {limit / 2**20:.0f} MiB; baseline peak {base_peak / 2**20:.0f} MiB, budget 0.5 "
           f"{low_peak / 2**20:.0f} MiB; peaks "
           f"{[round(p / 2**20) for p in peaks]} MiB;", [p.summary() for p in b.plans])

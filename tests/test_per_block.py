@@ -20,7 +20,7 @@ from offload_compiler.models.gpt import GPT, make_batch, preset
 from offload_compiler.planning.simulator import Lanes, SimTensor, simulate
 from offload_compiler.runtime import chain, host_pool, measure
 
-from helpers import FakeSource, as_predicted
+from helpers import BOTH_READ, MEASURED, FakeSource, as_predicted
 
 CFG = preset("tiny", n_layers=3)
 MB = 1 << 20
@@ -531,22 +531,23 @@ def test_a_block_graph_is_planned_again_from_its_measurement_at_a_step_boundary(
     from the measurement; the new plan takes over at the first call of a step (its
     warm-up counts a whole step's calls, so it is measured at the middle call again),
     and the gradients stay bitwise equal to the model without offloading throughout
-    (eleven steps: warm-up, memory, time, reading it, time again; the re-plan's five;
-    the call that reads the new plan's measurement)."""
+    (``BOTH_READ`` steps: warm-up, memory, each timing and the step that reads it; the
+    same for the re-plan; the call that reads the new plan's measurement)."""
     model, batch = _model(), [make_batch(CFG)]
     ref, _ = _per_block(model, policy="none")
-    want = [_step(ref, batch) for _ in range(11)]
+    want = [_step(ref, batch) for _ in range(BOTH_READ)]
     got, backend = _per_block(model, memory_budget=0.5, per_block=True)
     fake = FakeSource(as_predicted(backend.plans, time_scale=2.0))
     previous = measure.set_source(fake)
     try:
         with caplog.at_level(logging.INFO, logger="offload_compiler"):
-            for step in range(11):
+            for step in range(BOTH_READ):
                 _assert_bitwise(want[step], _step(got, batch))
     finally:
         measure.set_source(previous)
     n = CFG.n_layers
-    assert fake.asked == [(n + 2, "memory"), (2 * n + 2, "time"), (4 * n + 2, "time")] * 2
+    # each call of a step measured at its middle block's call: step k's is call (k - 1) * n + 2
+    assert fake.asked == [((step - 1) * n + 2, what) for step, what in MEASURED] * 2
     first, second = backend.plans
     assert second.replaces == first.graph_id and second.measured is not None
     assert second.corrections["fw_scale"] == pytest.approx(2.0, rel=0.05)

@@ -81,8 +81,9 @@ class Measured:
     transfer_ops: tuple[int, int] = (0, 0)
     """Transfer ops called, forward and backward."""
     timed_ms: tuple[float, ...] = ()
-    """The step of each call timed for this measurement, in order; this one's is the
-    fastest (``replanning.TIMED_CALLS``; one where a later timing measured nothing).
+    """The step of each call timed for this measurement, in order; this one is the median
+    call (:func:`typical`, of ``replanning.TIMED_CALLS``; fewer where a later timing
+    measured nothing).
     Empty until ``MeasuredGraph`` has read them all."""
     events: list[dict[str, Any]] = field(default_factory=list)
     """The measured schedule: the forward and backward on the compute lane, each stall
@@ -114,6 +115,13 @@ class Measured:
 
     def as_dict(self) -> dict[str, Any]:
         return {**dataclasses.asdict(self), "step_ms": self.step_ms}
+
+
+def typical(timings: list[Measured]) -> Measured:
+    """The call of ``timings`` (one plan's timed calls) that stands for its steps: the
+    median by step time, or of two the faster (a call slowed by other work is the one
+    to leave out). One call, whole, so its parts (compute, stalls, host) still add up."""
+    return sorted(timings, key=lambda m: m.step_ms)[(len(timings) - 1) // 2]
 
 
 class Recorder(Protocol):
