@@ -398,10 +398,10 @@ def test_measurement_matches_the_allocator_and_names_what_holds_the_peak():
     b = backend(memory_budget=0.5)
     compiled = torch.compile(model, backend=b)
     idx, tgt = make_batch(CFG, "cuda")
-    for _ in range(SETTLE_STEPS):
+    for _ in range(SETTLE_STEPS):  # settled is vacuous before the first call: step first
+        _act_of_one_step(compiled, model, idx, tgt)
         if b.settled:
             break
-        _act_of_one_step(compiled, model, idx, tgt)
     assert b.settled
     act, _ = _act_of_one_step(compiled, model, idx, tgt)
     measured = [p for p in b.plans if p.measured is not None]
@@ -467,7 +467,10 @@ def test_the_measured_step_peak_is_what_max_memory_allocated_reads(caplog):
         allocated, requested = peaks[step]
         total = m.held_before_bytes + m.step_peak_bytes
         print(f"step {step}: measured {total}, max_memory_allocated {allocated}, requested {requested}")
-        assert allocated - requested >= 1 << 20  # blocks larger than their requests
+        # Blocks larger than their requests, by more than the bound below allows: a peak
+        # rebuilt from the requests would fail it. (How much larger depends on the segments
+        # the worker's earlier tests left cached: 0.94 MiB in session 32's suite.)
+        assert allocated - requested >= 4 * (64 << 10)
         assert allocated - (64 << 10) <= total <= allocated
     assert "did not fit its layout" not in caplog.text
 
@@ -524,7 +527,7 @@ def test_memory_limit_holds_on_the_measured_peak():
     compiled = torch.compile(model, backend=b)
     # Each plan: a warm-up step, memory, each timing and one reading it
     # (``replanning.TIMED_CALLS``); up to three re-plans; then three steps.
-    peaks = []
+    peaks = [_act_of_one_step(compiled, model, idx, tgt)[1]]  # settled is vacuous before the first call
     while not b.settled and len(peaks) < SETTLE_STEPS:
         peaks.append(_act_of_one_step(compiled, model, idx, tgt)[1])
     peaks += [_act_of_one_step(compiled, model, idx, tgt)[1] for _ in range(3)]
