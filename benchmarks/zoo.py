@@ -360,12 +360,25 @@ def model_table(model: ZooModel, rows: list) -> str:
     for r in rows:  # the model's own baseline, against which "auto" holds max_overhead
         predicted = r.extra.get("predicted_baseline_step_ms")
         if r.status == "ok" and predicted and base and base.step_ms and r.extra.get("measured_vs_predicted"):
-            lines.append(f"{_label(r)}: step with nothing moved {predicted:.1f} ms as the backend predicts "
-                         f"it, {base.step_ms:.1f} ms as the inductor row measured it "
-                         f"({(predicted / base.step_ms - 1) * 100:+.1f}%)")
+            line = (f"{_label(r)}: step with nothing moved {predicted:.1f} ms as the backend predicts "
+                    f"it, {base.step_ms:.1f} ms as the inductor row measured it "
+                    f"({(predicted / base.step_ms - 1) * 100:+.1f}%)")
+            timed = [m["measured_step_ms"] for m in r.extra["measured_vs_predicted"] if _in_force(m, r)]
+            if timed and r.step_ms:  # the backend times the compiled graph's span; the row, the whole step
+                line += (f"; this row's step {r.step_ms:.1f} ms against {timed[-1]:.1f} ms the backend timed of "
+                         f"its plan in force (the compiled graph's span, from its call to the backward's end)")
+            lines.append(line)
     if rows and all(r.activation_gib is None for r in rows if r.status == "ok"):
         lines.append("act GiB: memory is measured on CUDA only")
     return "\n".join(lines)
+
+
+def _in_force(measured: dict, row) -> bool:
+    """Whether ``measured`` (one of a row's ``measured_vs_predicted``) is the measurement
+    of a plan the row's steps ran: not one replaced or given up."""
+    others = row.extra["measured_vs_predicted"]
+    replaced = {m.get("replaces") for m in others if m.get("replaces") is not None and not m.get("reverted")}
+    return not measured.get("reverted") and measured["graph"] not in replaced
 
 
 def _label(row) -> str:

@@ -205,7 +205,8 @@ def test_mid_limit_row_runs_with_the_midpoint_of_the_measured_peaks(tmp_path):
     assert "graph 1 (re-planned): measured 100.0 ms / 4.20 GiB (peak in backward), predicted 101.0 ms" in table
     # the backend's baseline beside Inductor's measured step (each _row measures 10.0 ms)
     assert ("offload-limit:MID=15360MiB: step with nothing moved 10.5 ms as the backend predicts it, "
-            "10.0 ms as the inductor row measured it (+5.0%)") in table
+            "10.0 ms as the inductor row measured it (+5.0%); this row's step 10.0 ms against 100.0 ms "
+            "the backend timed of its plan in force") in table
     with pytest.raises(ValueError, match="needs the inductor row's peak, measured on CUDA only"):
         zoo.mid_limit([_row("inductor", 1.0), _row("full_ac", 1.0)])  # no peaks: measured on CPU
 
