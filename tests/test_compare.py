@@ -121,9 +121,22 @@ def test_each_row_compiles_with_cold_caches_unless_told_warm(tmp_path, monkeypat
     assert not any(os.path.exists(f) for f in folders + plans)  # removed after each row
     phases = rows[1].extra["first_step_s_by_phase"]
     assert phases["OffloadPartitioner"] > 0 and phases["compile_fx_inner"] > 0
-    (timed,) = rows[1].extra["step_times_ms"]  # steps=1: each timed step, beside their median
-    assert timed > 0 and rows[1].step_ms == pytest.approx(timed, abs=1e-3)
+    (timed,) = rows[1].extra["step_times_ms"]  # steps=1: each synchronised step, beside their median
+    assert timed > 0 and rows[1].extra["synced_step_ms"] == pytest.approx(timed, abs=1e-3)
+    assert rows[1].step_ms > 0  # the steps run back to back
     from offload_compiler.compare import harness
 
     with harness._worker_env("warm") as env:
         assert env == dict(os.environ)
+
+
+def test_the_step_time_is_of_steps_run_back_to_back():
+    """A training loop does not synchronise between steps: the row's step time is the
+    wall time of ``steps`` steps issued one after another, from a synchronisation to the
+    one after the last, over their number."""
+    from offload_compiler.compare.run import back_to_back
+
+    calls = []
+    ms = back_to_back(lambda: calls.append("step"), lambda: calls.append("zero_grad"),
+                      lambda: calls.append("sync"), 3)
+    assert calls == ["sync"] + ["step", "zero_grad"] * 3 + ["sync"] and ms >= 0
