@@ -24,6 +24,7 @@ sys.path.insert(0, "benchmarks")
 import torch  # noqa: E402
 
 import offload_compiler  # noqa: E402
+from offload_compiler.runtime import host_pool  # noqa: E402
 import zoo_models  # noqa: E402
 
 name, how, steps = sys.argv[1], sys.argv[2], int(sys.argv[3])
@@ -68,6 +69,8 @@ for i in range(steps):
         os.sched_setaffinity(0, {int(os.environ["PIN"])})
     torch.cuda.synchronize()
     e = [torch.cuda.Event(enable_timing=True) for _ in range(3)]
+    pool = host_pool()
+    p0 = (pool.allocations, pool.stats().released_blocks)
     m0 = mark()
     e[0].record()
     out = fn(*batch)
@@ -80,6 +83,7 @@ for i in range(steps):
     torch.cuda.synchronize()
     m3 = mark()
     model.zero_grad(set_to_none=True)
+    pinned = f"pool +{pool.allocations - p0[0]} -{pool.stats().released_blocks - p0[1]}"
     print(f"step {i:2d}: {1e3 * (m3[0] - m0[0]):7.1f} ms  gpu fw {e[0].elapsed_time(e[1]):6.2f} "
-          f"bw {e[1].elapsed_time(e[2]):6.2f}  fw wall/cpu {span(m0, m1)}  bw wall/cpu {span(m1, m2)}",
+          f"bw {e[1].elapsed_time(e[2]):6.2f}  {pinned}  fw wall/cpu {span(m0, m1)}  bw wall/cpu {span(m1, m2)}",
           flush=True)
