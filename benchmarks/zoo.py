@@ -364,8 +364,8 @@ def model_table(model: ZooModel, rows: list) -> str:
                     f"it, {base.step_ms:.1f} ms as the inductor row measured it "
                     f"({(predicted / base.step_ms - 1) * 100:+.1f}%)")
             timed = [m["measured_step_ms"] for m in r.extra["measured_vs_predicted"] if _in_force(m, r)]
-            if timed and r.step_ms:  # the backend times the compiled graph's span; the row, the whole step
-                line += (f"; this row's step {r.step_ms:.1f} ms against {timed[-1]:.1f} ms the backend timed of "
+            if len(timed) == 1 and r.step_ms:  # one compiled graph: its span against the whole step
+                line += (f"; this row's step {r.step_ms:.1f} ms against {timed[0]:.1f} ms the backend timed of "
                          f"its plan in force (the compiled graph's span, from its call to the backward's end)")
             lines.append(line)
     if rows and all(r.activation_gib is None for r in rows if r.status == "ok"):

@@ -246,3 +246,22 @@ def test_run_row_passes_the_models_compile_mode(monkeypatch, tmp_path):
     assert args.caches == "warm"
     zoo.run_row(zoo.MODELS["llama"], "inductor", zoo.Settings(**{**vars(settings), "caches": "warm"}))
     assert seen["caches"] == "warm"
+
+
+def test_the_backends_own_timing_is_set_beside_the_row_only_for_one_graph_in_force():
+    """The row's step is the whole step; the backend times one compiled graph's span. With
+    one graph in force (a re-plan given up: the plan it replaced) the two are set side by
+    side; with two graphs in force (a graph break) one graph's span is not the step."""
+    def measured(graph, ms, replaces=None, reverted=False):
+        return dict(graph=graph, replaces=replaces, reverted=reverted, measured_step_ms=ms,
+                    predicted_step_ms=ms, measured_step_peak_gib=1.0, predicted_step_peak_gib=1.0,
+                    stall_ms=0.0, peak_phase="backward", holders=[])
+
+    def table(graphs):
+        row = _row("offload:auto", 1.0)
+        row.extra.update(predicted_baseline_step_ms=9.5, measured_vs_predicted=graphs)
+        return zoo.model_table(zoo.MODELS["gpt"], [_row("inductor", 1.0), row])
+
+    one = table([measured(0, 9.0), measured(1, 9.9, replaces=0, reverted=True)])
+    assert "this row's step 10.0 ms against 9.0 ms the backend timed of its plan in force" in one
+    assert "against" not in table([measured(0, 4.0), measured(1, 5.0)]).split("as the inductor row measured it")[1]
