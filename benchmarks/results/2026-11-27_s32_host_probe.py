@@ -11,7 +11,8 @@ or did more. Throwaway probe, kept with the results it made.
     PYTHONPATH=$PWD python benchmarks/results/2026-11-27_s32_host_probe.py MODEL OPTIONS_JSON|inductor STEPS
 
 ``PIN=N`` keeps the process on core ``N`` from the second step on (after the first
-compile started Inductor's workers). MODEL is a factory of ``benchmarks/zoo_models``.
+compile started Inductor's workers). MODEL is a factory of ``benchmarks/zoo_models``,
+in the zoo's dtype for it.
 """
 import json
 import logging
@@ -25,13 +26,15 @@ import torch  # noqa: E402
 
 import offload_compiler  # noqa: E402
 from offload_compiler.runtime import host_pool  # noqa: E402
+import zoo  # noqa: E402
 import zoo_models  # noqa: E402
 
 name, how, steps = sys.argv[1], sys.argv[2], int(sys.argv[3])
 logging.basicConfig(stream=sys.stdout, level=logging.WARNING, format="%(message)s")
 logging.getLogger("offload_compiler").setLevel(logging.INFO)
 model, batch = getattr(zoo_models, name)()
-model = model.to("cuda", torch.bfloat16 if name == "llama" else None)
+model = model.to("cuda", getattr(torch, zoo.MODELS[name].dtype))  # as the zoo runs it (session 32's
+# command 9 cast only the Llama, and ran the GPT in float32)
 batch = [b.to("cuda") for b in batch]
 fn = torch.compile(model) if how == "inductor" else torch.compile(
     model, backend=offload_compiler.make_backend(json.loads(how)))
