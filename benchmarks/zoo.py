@@ -363,7 +363,7 @@ def model_table(model: ZooModel, rows: list) -> str:
             line = (f"{_label(r)}: step with nothing moved {predicted:.1f} ms as the backend predicts "
                     f"it, {base.step_ms:.1f} ms as the inductor row measured it "
                     f"({(predicted / base.step_ms - 1) * 100:+.1f}%)")
-            timed = [m["measured_step_ms"] for m in r.extra["measured_vs_predicted"] if _in_force(m, r)]
+            timed = [m["measured_step_ms"] for m in r.extra["measured_vs_predicted"] if m.get("in_force")]
             if len(timed) == 1 and r.step_ms:  # one compiled graph: its span against the whole step
                 line += (f"; this row's step {r.step_ms:.1f} ms against {timed[0]:.1f} ms the backend timed of "
                          f"its plan in force (the compiled graph's span, from its call to the backward's end)")
@@ -371,14 +371,6 @@ def model_table(model: ZooModel, rows: list) -> str:
     if rows and all(r.activation_gib is None for r in rows if r.status == "ok"):
         lines.append("act GiB: memory is measured on CUDA only")
     return "\n".join(lines)
-
-
-def _in_force(measured: dict, row) -> bool:
-    """Whether ``measured`` (one of a row's ``measured_vs_predicted``) is the measurement
-    of a plan the row's steps ran: not one replaced or given up."""
-    others = row.extra["measured_vs_predicted"]
-    replaced = {m.get("replaces") for m in others if m.get("replaces") is not None and not m.get("reverted")}
-    return not measured.get("reverted") and measured["graph"] not in replaced
 
 
 def _label(row) -> str:

@@ -192,7 +192,7 @@ def test_mid_limit_row_runs_with_the_midpoint_of_the_measured_peaks(tmp_path):
             row.extra.update(predicted_step_ms=101.0, predicted_step_peak_gib=4.25, replanned=1,
                              predicted_baseline_step_ms=10.5,
                              measured_vs_predicted=[dict(
-                                 graph=1, replaces=0, measured_step_ms=100.0, predicted_step_ms=101.0,
+                                 graph=1, replaces=0, in_force=True, measured_step_ms=100.0, predicted_step_ms=101.0,
                                  measured_step_peak_gib=4.2, predicted_step_peak_gib=4.25,
                                  stall_ms=0.1, peak_phase="backward", holders=[])])
         return row
@@ -253,7 +253,7 @@ def test_the_backends_own_timing_is_set_beside_the_row_only_for_one_graph_in_for
     one graph in force (a re-plan given up: the plan it replaced) the two are set side by
     side; with two graphs in force (a graph break) one graph's span is not the step."""
     def measured(graph, ms, replaces=None, reverted=False):
-        return dict(graph=graph, replaces=replaces, reverted=reverted, measured_step_ms=ms,
+        return dict(graph=graph, replaces=replaces, reverted=reverted, in_force=not reverted, measured_step_ms=ms,
                     predicted_step_ms=ms, measured_step_peak_gib=1.0, predicted_step_peak_gib=1.0,
                     stall_ms=0.0, peak_phase="backward", holders=[])
 

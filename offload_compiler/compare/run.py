@@ -307,7 +307,8 @@ def run_strategy(spec: dict[str, Any]) -> Row:
         measured = [(b.measured, b.predicted) for b in backend.plans if b.measured and b.predicted]
         if measured:  # what the backend measured of each plan, the replaced ones included
             row.extra["measured_vs_predicted"] = [
-                {"graph": b.graph_id, "replaces": b.replaces, "reverted": b.reverted, "measured_step_ms": m.step_ms,
+                {"graph": b.graph_id, "replaces": b.replaces, "reverted": b.reverted,
+                 "in_force": any(b is c for c in plans), "measured_step_ms": m.step_ms,
                  "predicted_step_ms": p.step_ms, "measured_step_peak_gib": (m.step_peak_bytes or 0) / 2**30,
                  "predicted_step_peak_gib": p.step_peak_bytes / 2**30, "stall_ms": m.stall_ms,
                  "peak_phase": m.peak_phase, "holders": m.holders[:3],

@@ -193,8 +193,7 @@ class GraphPlan:
         m, p = self.measured, self.predicted
         if m is None or p is None:
             return ""
-        which = "median" if len(m.timed_ms) > 2 else "fastest"
-        timed = (f" (the {which} of {len(m.timed_ms)} timed calls: "
+        timed = (f" (the {m.timed_as} of {len(m.timed_ms)} timed calls: "
                  f"{', '.join(f'{ms:.2f}' for ms in m.timed_ms)} ms)" if len(m.timed_ms) > 1 else "")
         parts = [f"step {m.step_ms:.2f} ms measured{timed} vs {p.step_ms:.2f} ms predicted "
                  f"({_signed(p.step_ms / m.step_ms - 1) if m.step_ms else 'n/a'}): "

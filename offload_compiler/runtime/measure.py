@@ -113,6 +113,11 @@ class Measured:
     def h2d_gbps(self) -> float | None:
         return self.h2d_bytes / self.h2d_ms / 1e6 if self.h2d_ms > 0 else None
 
+    @property
+    def timed_as(self) -> str:
+        """Which of the ``timed_ms`` calls :func:`typical` took this one as, in a word."""
+        return "median" if len(self.timed_ms) > 2 else "fastest"
+
     def as_dict(self) -> dict[str, Any]:
         return {**dataclasses.asdict(self), "step_ms": self.step_ms}
 
