@@ -15,7 +15,11 @@ timed call starts after the memory call's backward ended, so the allocator's rec
 (which slows the host) is off while it runs. A timed call during which the host pool
 allocated or released a block (pinning host memory stops the host for a while, and the
 GPU with it; giving it back waits for the whole device) is measured again,
-``MAX_REMEASURES`` times at most. Where they disagree beyond the tolerance, or the step
+``MAX_REMEASURES`` times at most. Where the median timed call's forward or backward was
+paced by the host (``planning.replan.paced``), its time says nothing of the kernels:
+one more call, a step later, is timed with the GPU held before that phase until the
+host has issued it whole (``"kernels"``, ``HOLD_FACTOR``), and the kernels' time
+measured there corrects the phase's scale. Where they disagree beyond the tolerance, or the step
 went over ``memory_limit``, it plans again from the corrected inputs
 (``planning.replan.corrected``), compiles the graph again with that plan, and
 runs the new one from this call on: a step boundary, since every forward call runs
@@ -40,14 +44,14 @@ import logging
 from typing import Any, Callable
 
 import torch
-from torch.utils._pytree import tree_leaves
 
 from .nbytes import nbytes_text
-from .planning.replan import (Corrections, corrected, disagreements, held_overhead, over_limit, repredicted,
-                              worse)
+from .planning.replan import (Corrections, corrected, disagreements, held_overhead, over_limit, paced,
+                              repredicted, worse)
 from .reporting.dump import write_measured
 from .reporting.records import GraphPlan
 from .runtime import measure
+from .runtime.backward_hooks import on_backward
 from .runtime.pool import host_pool
 
 log = logging.getLogger("offload_compiler")
@@ -69,6 +73,11 @@ MAX_REMEASURES = 3
 #: the measurement, so a timing from the fast edge of the spread let plans through that
 #: steps then ran over, and a baseline fitted to one kept others out.
 TIMED_CALLS = 3
+#: A paced phase's hold (the ``"kernels"`` call): this many times the host's time to issue it
+#: in the median timed call, plus ``HOLD_EXTRA_MS`` (the host runs at two speeds, one up to
+#: twice the other: ``benchmarks/RESULTS.md``, session 31).
+HOLD_FACTOR = 2.5
+HOLD_EXTRA_MS = 2.0
 #: Re-plans per graph: a measurement that still disagrees after one is reported, not acted on.
 MAX_REPLANS = 1
 #: Re-plans per graph while the measured step goes over ``memory_limit`` (a bound the
@@ -80,9 +89,9 @@ MAX_LIMIT_REPLANS = 3
 #: for one block, the whole step's backward inside one block's span).
 MAX_TRUSTED_RATIO = 3.0
 #: Steps until a graph's measurements and re-plans are over, at most: each plan's warm-up,
-#: memory call and timed calls (each read a step later), for the first plan and every
+#: memory call, timed calls and kernels call (each read a step later), for the first plan and every
 #: re-plan ``memory_limit`` allows (undisturbed: a re-measured call adds steps).
-SETTLE_STEPS = (WARMUP_BACKWARDS + 1 + 2 * TIMED_CALLS) * (1 + MAX_LIMIT_REPLANS)
+SETTLE_STEPS = (WARMUP_BACKWARDS + 1 + 2 * (TIMED_CALLS + 1)) * (1 + MAX_LIMIT_REPLANS)
 #: Calls after the measured ones to wait for their backward before giving up.
 GIVE_UP_CALLS = 10_000
 
@@ -111,6 +120,8 @@ class MeasuredGraph:
         self.time_from = 0  # the first call that may be timed (next)
         self.timings: list[Any] = []  # the plan's timed calls so far (``Measured``)
         self.memory: Any = None  # the plan's memory measurement (``Measured``)
+        self.kernels: Any = None  # its "kernels" call (``Measured``), where one was asked for
+        self.hold: tuple[float, float] | None = None  # the "kernels" call's holds, until it is made
         self.warming = False  # a call's backward is watched to end the warm-up
         self.recorders: dict[str, Any] = {}
         self.disturbed = False  # the host pool allocated or released during the timed call
@@ -139,15 +150,17 @@ class MeasuredGraph:
         if self.calls == self.first:
             what = "memory"
         elif self.timed_at is None and self.calls >= self.time_from and self._memory_done():
-            what = "time"  # the memory call's, a step later (or the first call after its backward)
+            # the memory call's, a step later (or the first call after its backward)
+            what = "time" if self.hold is None else "kernels"
         if what is None or not torch.is_grad_enabled():
             if what == "memory":
                 self.first += 1  # measure a training call
             return self.compiled(*args)
         # Each offloaded value: a copy and a wait in the forward, the same in the backward.
-        intervals = 4 * len(self.plan.offloaded) if what == "time" else 0
-        recorder = measure.source.recorder(self.device, self.calls, what, intervals)
-        if what == "time":
+        intervals = 4 * len(self.plan.offloaded) if what != "memory" else 0
+        held = {"hold_ms": self.hold} if what == "kernels" else {}
+        recorder = measure.source.recorder(self.device, self.calls, what, intervals, **held)
+        if what != "memory":
             self.timed_at = self.calls
         if recorder is None:
             return self.compiled(*args)
@@ -162,7 +175,7 @@ class MeasuredGraph:
             if what == "time" and pool.changes != changes:
                 self.disturbed = True
 
-        handles = _on_backward(args, out, backward_done, lambda: recorder.probe("bw_start"))
+        handles = on_backward(args, out, backward_done, lambda: recorder.probe("bw_start"))
         if handles is None:
             recorder.abort()
             if what == "memory":
@@ -183,7 +196,7 @@ class MeasuredGraph:
         """Run a call of the warm-up; the first training call's backward ends it."""
         out = self.compiled(*args)
         if not self.warming and torch.is_grad_enabled():
-            self.warming = _on_backward(args, out, self._warmed) is not None
+            self.warming = on_backward(args, out, self._warmed) is not None
         return out
 
     def _warmed(self) -> None:
@@ -220,6 +233,8 @@ class MeasuredGraph:
             results[what] = got
         self.recorders = {}
         timed, memory = results.get("time"), results.get("memory")
+        if "kernels" in results:
+            self.kernels, self.hold = results["kernels"] or False, None  # False: asked, not measured
         disturbed, self.disturbed = self.disturbed, False
         if disturbed and self.remeasures < MAX_REMEASURES:
             self.remeasures += 1
@@ -238,7 +253,15 @@ class MeasuredGraph:
             self.done = True  # a backward did not run, or nothing could be measured: no re-plan
             return
         timed = measure.typical(self.timings)
+        if self.kernels is None and self.recompile is not None and any(paced_phases(timed)):
+            # Its time shows the host's pace: time the kernels, a step after this call.
+            self.hold = tuple(HOLD_FACTOR * h + HOLD_EXTRA_MS if p else 0.0
+                              for h, p in zip((timed.host_fw_ms, timed.host_bw_ms), paced_phases(timed)))
+            self.time_from, self.timed_at = self.calls + self.per_step + self.per_step // 2, None
+            return
         timed.timed_ms = tuple(m.step_ms for m in self.timings)
+        if self.kernels:
+            timed.ahead_compute_ms = self.kernels.ahead_compute_ms
         if self.memory is not None:
             for name in ("held_before_bytes", "step_peak_bytes", "peak_phase", "holders"):
                 setattr(timed, name, getattr(self.memory, name))
@@ -313,7 +336,7 @@ class MeasuredGraph:
         self.compiled, self.plan, self.corrections = compiled, new_plan, corrections
         self.replans += 1
         self.backwards = self.remeasures = 0
-        self.timings, self.memory = [], None
+        self.timings, self.memory, self.kernels, self.hold = [], None, None, None
         self.calls = 1  # the call being made runs the new graph: its first
         self.first = self.timed_at = None
         self.done = new_plan is None or new_plan.predicted is None
@@ -373,37 +396,9 @@ class MeasuredGraph:
         self.done = True
 
 
-def _on_backward(args: tuple, out: Any, done: Callable[[], None],
-                 started: Callable[[], None] | None = None) -> list | None:
-    """Call ``started`` when the backward of the call that took ``args`` and returned
-    ``out`` is about to run and ``done`` once it has given its inputs their gradients;
-    the hooks' handles, or ``None`` when that call has no backward (nothing in or out
-    requires a gradient)."""
-    inputs = [a for a in args if isinstance(a, torch.Tensor) and a.requires_grad]
-    outputs = [o for o in tree_leaves(out) if isinstance(o, torch.Tensor) and o.requires_grad]
-    if not inputs or not outputs:
-        return None
-    handles: list[Any] = []
-    begun = []
-
-    def backward_started(_grads: Any) -> None:
-        if not begun:  # the graph's backward node is about to run
-            begun.append(True)
-            if started is not None:
-                started()
-
-    def backward_done(_grad: Any) -> None:
-        for h in handles:
-            h.remove()
-        if begun:
-            done()
-
-    from torch.autograd.graph import register_multi_grad_hook
-
-    for node in {o.grad_fn for o in outputs if o.grad_fn is not None}:
-        handles.append(node.register_prehook(backward_started))
-    handles.append(register_multi_grad_hook(inputs, backward_done, mode="any"))
-    return handles
+def paced_phases(measured: Any) -> tuple[bool, bool]:
+    """Whether the host paced ``measured``'s forward, and its backward."""
+    return (paced(measured.host_fw_ms, measured.fw_ms), paced(measured.host_bw_ms, measured.bw_ms))
 
 
 def _percent(fraction: float) -> str:

@@ -18,6 +18,10 @@ MEASURED = [(2, "memory")] + [(3 + 2 * i, "time") for i in range(TIMED_CALLS)]
 READ_AT = MEASURED[-1][0] + 1
 #: Steps that measure a plan and the plan made from its measurement (the re-plan's first call is ``READ_AT``).
 BOTH_READ = 2 * READ_AT - 1
+#: Where the median timed call was paced by the host: the call timed with the host ahead
+#: (``"kernels"``), a step after ``READ_AT``, and the call that reads it (and may re-plan).
+KERNELS_AT = READ_AT + 1
+KERNELS_READ_AT = KERNELS_AT + 1
 
 
 def train(model, inputs, backend, *, steps=3, seed=0, lr=1e-2):
@@ -96,10 +100,12 @@ class FakeSource:
     """Reports ``make(call)`` for every measured call; records what it was asked."""
 
     def __init__(self, make):
-        self.make, self.asked = make, []
+        self.make, self.asked, self.holds = make, [], {}
 
-    def recorder(self, device, call, what, intervals=0):
+    def recorder(self, device, call, what, intervals=0, *, hold_ms=(0.0, 0.0)):
         self.asked.append((call, what))
+        if what == "kernels":
+            self.holds[call] = hold_ms
         return FakeRecorder(call, what, self.make)
 
     def measures(self, device):

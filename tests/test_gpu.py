@@ -442,8 +442,8 @@ def test_the_measured_step_peak_is_what_max_memory_allocated_reads(caplog):
     recorders, peaks = [], []
 
     class Keeping(measure.CudaSource):
-        def recorder(self, device, call, what, intervals=0):
-            rec = super().recorder(device, call, what, intervals)
+        def recorder(self, device, call, what, intervals=0, **held):
+            rec = super().recorder(device, call, what, intervals, **held)
             if rec is not None and what == "memory":
                 recorders.append((len(peaks), rec))
             return rec
@@ -475,6 +475,45 @@ def test_the_measured_step_peak_is_what_max_memory_allocated_reads(caplog):
     assert "did not fit its layout" not in caplog.text
 
 
+def test_a_call_timed_with_the_host_ahead_measures_kernels_not_the_hosts_pace():
+    """Each phase a chain of tiny kernels, far shorter than the host's time to launch
+    them: timed as issued, the host sets the GPU's pace. Timed with the GPU held for
+    longer than the host takes (the ``"kernels"`` call), the host is ahead (checked by
+    the recorder) and the phase takes the kernels' own time, well under the paced one."""
+    from offload_compiler.replanning import HOLD_EXTRA_MS, HOLD_FACTOR, paced_phases
+
+    x = torch.randn(64, device="cuda")
+
+    def chain():
+        y = x
+        for _ in range(300):
+            y = y * 1.0001 + 0.5  # two kernels of a few microseconds each
+        return y
+
+    def timed(what, hold_ms=(0.0, 0.0)):
+        rec = measure.CudaSource().recorder(torch.device("cuda", 0), 1, what, hold_ms=hold_ms)
+        for phase in measure.PHASES:
+            if phase.endswith("_end"):
+                chain()
+            rec.probe(phase)
+        return rec, rec.result()
+
+    for _ in range(3):
+        timed("time")  # warm
+    _, paced = timed("time")
+    print("paced", paced.fw_ms, paced.host_fw_ms, paced.bw_ms, paced.host_bw_ms)
+    assert paced_phases(paced) == (True, True)
+    hold = tuple(HOLD_FACTOR * h + HOLD_EXTRA_MS for h in (paced.host_fw_ms, paced.host_bw_ms))
+    rec, ahead = timed("kernels", hold)
+    print("ahead", ahead.fw_ms, ahead.bw_ms, rec.ahead, ahead.ahead_compute_ms)
+    assert rec.ahead == [True, True]
+    assert ahead.ahead_compute_ms == (ahead.fw_ms, ahead.bw_ms)
+    assert ahead.fw_ms < 0.6 * paced.fw_ms and ahead.bw_ms < 0.6 * paced.bw_ms
+    # A hold far shorter than the host's time: the GPU reaches the phase first, and says so.
+    rec, short = timed("kernels", (0.01, 0.01))
+    assert rec.ahead == [False, False] and short.ahead_compute_ms == (None, None)
+
+
 def test_the_timed_call_runs_without_the_allocators_history():
     """The memory call records the allocator's history (with Python stacks, which slow
     the host); the timed call after it must run with recording off, or its time measures
@@ -482,8 +521,8 @@ def test_the_timed_call_runs_without_the_allocators_history():
     seen = []
 
     class Watching(measure.CudaSource):
-        def recorder(self, device, call, what, intervals=0):
-            rec = super().recorder(device, call, what, intervals)
+        def recorder(self, device, call, what, intervals=0, **held):
+            rec = super().recorder(device, call, what, intervals, **held)
             if rec is None:
                 return None
             probe = rec.probe

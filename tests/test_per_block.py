@@ -475,7 +475,7 @@ class _Probes:
     def measures(self, device):
         return False  # its recorders measure nothing: plans are searched at once
 
-    def recorder(self, device, call, what, intervals=0):
+    def recorder(self, device, call, what, intervals=0, **held):
         order = self.order
 
         class Recorder:

@@ -78,7 +78,7 @@ class _Measures:
     def measures(self, device):
         return True
 
-    def recorder(self, device, call, what, intervals=0):
+    def recorder(self, device, call, what, intervals=0, **held):
         return None
 
 

@@ -5,6 +5,7 @@ that reports what each test says the GPU would have measured, relative to the pl
 own predictions; the backend then acts on it as it would on a GPU.
 """
 
+import contextlib
 import dataclasses
 import logging
 import types
@@ -20,7 +21,7 @@ from offload_compiler.planning.replan import (TOLERANCE, Corrections, MemoryLimi
 from offload_compiler.replanning import MAX_LIMIT_REPLANS
 from offload_compiler.runtime import host_pool, measure
 
-from helpers import BOTH_READ, MEASURED, READ_AT, FakeSource, as_predicted, assert_bitwise, backend, train
+from helpers import BOTH_READ, KERNELS_AT, KERNELS_READ_AT, MEASURED, READ_AT, FakeSource, as_predicted, assert_bitwise, backend, train
 
 OPTIONS = {"devices": ("cpu",), "inner_compiler": "eager", "min_offload_bytes": 0}
 
@@ -492,17 +493,105 @@ def test_compute_scales_are_fitted_so_time_waiting_for_the_host_counts_once():
     assert double.step_ms > m.step_ms * 1.02
 
 
-def _host_paced(plans, op_ms):
+def _host_paced(plans, op_ms, kernels=None):
     """A measurement of the latest plan on a GPU the host keeps waiting: each phase
-    issued in as long as it ran, every transfer op ``op_ms`` of host time."""
+    issued in as long as it ran, every transfer op ``op_ms`` of host time. ``kernels``:
+    the call timed with the host ahead (``KERNELS_AT``, the first plan's) measures each
+    phase's compute at that many times its estimate."""
     def make(call):
         plan = plans[-1]
         p, ops = plan.predicted, 2 * len(plan.offloaded)
         fw, bw = p.fw_compute_ms + ops * op_ms, p.bw_compute_ms + ops * op_ms
+        ahead = (p.fw_compute_ms * kernels, p.bw_compute_ms * kernels) if kernels and call == KERNELS_AT else (None, None)
         return measure.Measured(call=call, fw_ms=fw, bw_ms=bw, stall_ms=0.0, host_fw_ms=fw, host_bw_ms=bw,
                                 host_transfer_ms=(ops * op_ms, ops * op_ms), transfer_ops=(ops, ops), held_before_bytes=0,
-                                step_peak_bytes=p.step_peak_bytes, peak_phase="backward")
+                                step_peak_bytes=p.step_peak_bytes, peak_phase="backward", ahead_compute_ms=ahead)
     return make
+
+
+def test_a_paced_phase_is_timed_again_with_the_host_ahead_and_its_kernels_give_its_scale(source):
+    """Both phases paced by the host: their time says nothing of the kernels. One more
+    call is timed, the GPU held before each phase for longer than the host took to issue
+    it; the compute measured there (1.3x the estimate) is each phase's new scale, where
+    without it both would stay at 1."""
+    b = backend(**OPTIONS, memory_budget=0.5)
+    fake = source(_host_paced(b.plans, op_ms=0.01, kernels=1.3))
+    _run(b, steps=KERNELS_READ_AT)
+    assert fake.asked == MEASURED + [(KERNELS_AT, "kernels")]
+    first, second = b.plans
+    p = first.predicted
+    fw, bw = (p.fw_compute_ms + 0.02 * len(first.offloaded), p.bw_compute_ms + 0.02 * len(first.offloaded))
+    assert fake.holds[KERNELS_AT] == pytest.approx((2.5 * fw + 2.0, 2.5 * bw + 2.0))
+    assert first.measured.ahead_compute_ms == pytest.approx((1.3 * p.fw_compute_ms, 1.3 * p.bw_compute_ms))
+    assert "with the host ahead: forward compute" in first.measured_text()
+    assert second.corrections["fw_scale"] == pytest.approx(1.3) and second.corrections["bw_scale"] == pytest.approx(1.3)
+
+
+def test_an_unpaced_measurement_asks_for_no_call_with_the_host_ahead(source):
+    b = backend(**OPTIONS, memory_budget=0.5)
+    fake = source(as_predicted(b.plans, time_scale=1.3))
+    _run(b, steps=KERNELS_READ_AT)
+    assert ("kernels" not in {what for _, what in fake.asked}) and b.plans[0].measured.ahead_compute_ms == (None, None)
+
+
+def test_a_paced_phases_kernels_timed_with_the_host_ahead_set_its_scale_at_any_fit():
+    class P:
+        step_ms, step_peak_bytes, fw_compute_ms, bw_compute_ms, kernels = 10.0, 1 << 30, 4.0, 6.0, (100, 200)
+
+    paced_fw = measure.Measured(call=3, fw_ms=5.0, bw_ms=7.2, stall_ms=0.0, host_fw_ms=4.8, host_bw_ms=3.0,
+                                host_transfer_ms=(0.0, 0.0), transfer_ops=(0, 0), ahead_compute_ms=(4.4, None))
+    for before in (Corrections(), Corrections(fw_scale=1.5, measured_call=2)):
+        c = corrected(before, P, paced_fw)
+        assert c.fw_scale == pytest.approx(before.fw_scale * 1.1)  # not halfway, not kept
+        assert c.bw_scale == pytest.approx(1.2)
+    # Measured for a phase that was not paced: that phase's own time still fits it.
+    c = corrected(Corrections(), P, dataclasses.replace(paced_fw, ahead_compute_ms=(4.4, 9.0)))
+    assert c.bw_scale == pytest.approx(1.2)
+    # The host did not get ahead (None): the first fit goes halfway, as before.
+    c = corrected(Corrections(), P, dataclasses.replace(paced_fw, ahead_compute_ms=(None, None)))
+    assert c.fw_scale == pytest.approx(1.2 ** 0.5)
+
+
+def test_a_held_call_sleeps_the_gpu_before_each_held_phase_and_checks_the_host_got_ahead(monkeypatch):
+    """The ``"kernels"`` recorder spins the GPU for its hold before the phase's start
+    event, and a phase counts as measured with the host ahead only where that event had
+    not been reached when the host had issued the phase (here: the forward yes, the
+    backward no)."""
+    _FakeAllocator().install(monkeypatch)
+    log = []
+    reached = {"fw_start": False, "bw_start": True}
+
+    class Event:
+        def __init__(self, enable_timing=False):
+            self.name = None
+
+        def record(self, stream=None):
+            self.name = next((p for p in ("fw_start", "fw_end", "bw_start", "bw_end") if p not in recorded), None)
+            recorded.append(self.name)
+            log.append(("record", self.name))
+
+        def query(self):
+            return reached[self.name]
+
+        def synchronize(self):
+            pass
+
+        def elapsed_time(self, other):
+            return 2.0
+
+    recorded = []
+    monkeypatch.setattr(torch.cuda, "Event", Event)
+    monkeypatch.setattr(torch.cuda, "stream", lambda stream: contextlib.nullcontext())
+    monkeypatch.setattr(torch.cuda, "_sleep", lambda cycles: log.append(("sleep", cycles)))
+    monkeypatch.setattr(measure, "_cycles_per_ms", lambda device: 1000.0)
+    rec = measure.CudaRecorder(torch.device("cuda", 0), 9, "kernels", hold_ms=(5.0, 3.0))
+    for phase in measure.PHASES:
+        rec.probe(phase)
+    assert log == [("sleep", 5000), ("record", "fw_start"), ("record", "fw_end"),
+                   ("sleep", 3000), ("record", "bw_start"), ("record", "bw_end")]
+    m = rec.result()
+    assert rec.ahead == [True, False] and m.ahead_compute_ms == (2.0, None)
+    assert measure.CudaRecorder(torch.device("cuda", 0), 3, "time").hold_cycles == (0, 0)
 
 
 def test_transfer_ops_that_a_paced_host_cannot_afford_are_planned_away(source):
@@ -514,8 +603,9 @@ def test_transfer_ops_that_a_paced_host_cannot_afford_are_planned_away(source):
     _run(first_plan, steps=1)
     offloaded = len(first_plan.plans[0].offloaded)
     assert offloaded  # the tiny GPT offloads at "auto" where the host is not measured
-    source(_host_paced(b.plans, op_ms=0.5 * first_plan.plans[0].predicted.fw_compute_ms / (2 * offloaded)))
-    _run(b, steps=READ_AT)
+    fake = source(_host_paced(b.plans, op_ms=0.5 * first_plan.plans[0].predicted.fw_compute_ms / (2 * offloaded)))
+    _run(b, steps=KERNELS_READ_AT)  # paced: a call timed with the host ahead, a step after the read
+    assert fake.asked == MEASURED + [(KERNELS_AT, "kernels")]
     first, second = b.plans
     assert len(first.offloaded) == offloaded
     assert f"in {4 * offloaded} transfer ops" in first.measured_text()
@@ -597,7 +687,7 @@ def test_a_timed_call_during_which_host_memory_was_pinned_or_released_is_measure
         pool.max_idle_bytes = bound
         assert pool.stats().released_blocks > before
 
-    def recorder(device, call, what, intervals=0):
+    def recorder(device, call, what, intervals=0, **held):
         got = made(device, call, what)
         if (call, what) == (3, "time"):
             probe = got.probe

@@ -12,13 +12,16 @@ inputs a measured call of the compiled graph (``runtime.measure.Measured``) corr
   of the plan (one from the plan cache): measured compute (the call's time less the
   time compute waited for copies) over the estimate. Either way not in a phase the host
   paced (host time at least ``HOST_BOUND`` of its GPU time: its time says nothing of
-  the kernels). At the first fit such a phase goes halfway, geometrically, to the other
-  phase's scale, capped at its own measured compute over its estimate; a later fit keeps
-  the scale fitted before. Neither extreme holds across models (``benchmarks/RESULTS.md``,
-  session 31, H100): ViT-B/16's forward kernels ran 1.20x their estimate, its backward's
-  1.33x; ResNet-50's 1.46x and 2.18x. Left at 1, ViT-B/16's step with nothing moved was
-  predicted 8.7% under Inductor's; given the other phase's scale, ResNet-50's re-plan
-  was predicted 30.5% over its measurement (its forward at 14.5 ms against 9.7);
+  the kernels). Such a phase takes its compute measured with the host ahead of the GPU
+  (``Measured.ahead_compute_ms``, a call timed with the GPU held until the host had
+  issued the phase) over its estimate. Where that was not measured, at the first fit it
+  goes halfway, geometrically, to the other phase's scale, capped at its own measured
+  compute over its estimate, and a later fit keeps the scale fitted before. Neither
+  extreme holds across models (``benchmarks/RESULTS.md``, session 31, H100): ViT-B/16's
+  forward kernels ran 1.20x their estimate, its backward's 1.33x; ResNet-50's 1.46x and
+  2.18x. Left at 1, ViT-B/16's step with nothing moved was predicted 8.7% under
+  Inductor's; given the other phase's scale, ResNet-50's re-plan was predicted 30.5%
+  over its measurement (its forward at 14.5 ms against 9.7);
 - ``host_us`` / ``op_host_us``: the host's time per op that takes GPU time (the
   phase's host time less its transfer ops, over ``Predictions.kernels``) and per
   transfer op, forward and backward: the simulator's host lane (``Lanes.host_us``);
@@ -221,6 +224,12 @@ def corrected(previous: Corrections, predicted: Any, measured: Any,
         ratios[0] = fw_compute / predicted.fw_compute_ms
     if predicted.bw_compute_ms > 0 and bw_compute > 0 and not by_host[1]:
         ratios[1] = bw_compute / predicted.bw_compute_ms
+    estimates = (predicted.fw_compute_ms, predicted.bw_compute_ms)
+    ahead = tuple(ms if paced_phase and ms and estimate > 0 else None for ms, paced_phase, estimate
+                  in zip(getattr(measured, "ahead_compute_ms", (None, None)), by_host, estimates))
+    for p, ms in enumerate(ahead):  # a paced phase's kernels, timed with the host ahead
+        if ms is not None:
+            ratios[p] = ms / estimates[p]
     if fw_host is not None and bw_host is not None and all(predicted.kernels):
         ops_ms, calls = measured.host_transfer_ms, measured.transfer_ops
         changes["host_us"] = tuple(round(max(0.0, host - ops) / n * 1e3, 1) for host, ops, n in
@@ -237,12 +246,12 @@ def corrected(previous: Corrections, predicted: Any, measured: Any,
     fits = resimulate is not None and measured.fw_ms > 0 and measured.bw_ms > 0 and not all(by_host)
     if fits:
         ratios = fitted_scales(resimulate, measured, ratios, by_host, lanes)
-    if previous.measured_call is None and by_host.count(True) == 1:
-        # The first fit, one phase paced: its scale goes halfway (geometrically) to the other
-        # phase's, as far as its own measured compute allows (its kernels ran within it).
+    if previous.measured_call is None and by_host.count(True) == 1 and ahead[by_host.index(True)] is None:
+        # The first fit, one phase paced, its kernels not timed: its scale goes halfway
+        # (geometrically) to the other phase's, as far as its own measured compute allows
+        # (its kernels ran within it).
         p = by_host.index(True)
         scales, computes = (previous.fw_scale, previous.bw_scale), (fw_compute, bw_compute)
-        estimates = (predicted.fw_compute_ms, predicted.bw_compute_ms)
         if estimates[p] > 0 and computes[p] > 0:
             guess = list(ratios)
             toward = scales[1 - p] * ratios[1 - p] / scales[p]

@@ -209,6 +209,11 @@ class GraphPlan:
             parts.append(f"host issued the forward in {m.host_fw_ms:.2f} ms and the backward in "
                          f"{m.host_bw_ms:.2f} ms ({sum(m.host_transfer_ms):.2f} ms in "
                          f"{sum(m.transfer_ops)} transfer ops)")
+        ahead = [f"{name} compute {ms:.2f} ms" for name, ms in zip(("forward", "backward"),
+                                                                   getattr(m, "ahead_compute_ms", ()))
+                 if ms is not None]
+        if ahead:  # a paced phase's kernels, timed with the GPU held until the host had issued it
+            parts.append("with the host ahead: " + ", ".join(ahead))
         if m.step_peak_bytes is not None:
             parts.append(f"step peak {nbytes_text(m.step_peak_bytes)} measured vs {nbytes_text(p.step_peak_bytes)} "
                          f"predicted ({_signed(p.step_peak_bytes / m.step_peak_bytes - 1) if m.step_peak_bytes else 'n/a'}), "

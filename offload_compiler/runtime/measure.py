@@ -12,6 +12,12 @@ A :class:`Recorder` follows one forward and its backward on the GPU:
   at the same probes, no synchronisation), and the part of it in the transfer ops'
   bodies (:func:`host_timed`), each less the host time of the measurement's own events
   (made before the call, :meth:`CudaRecorder.reserve`);
+- kernels (``"kernels"``, a call measured only where a timed call's phase was paced by
+  the host): the GPU is held (``torch.cuda._sleep``) for ``hold_ms`` before the phase
+  starts, so the host issues the phase whole before the GPU begins it, and the phase's
+  time is its kernels' and copies', not the host's pace. Whether the host was ahead is
+  checked, not assumed: when the host has issued the phase, the GPU must not have begun
+  it yet (the start event not reached: :attr:`CudaRecorder.ahead`);
 - memory: the CUDA caching allocator's own records (``torch.cuda.memory.
   _record_memory_history``) from the start of the forward to the end of the backward,
   replayed into the step peak above what was held before the forward (the same measure
@@ -85,6 +91,11 @@ class Measured:
     call (:func:`typical`, of ``replanning.TIMED_CALLS``; fewer where a later timing
     measured nothing).
     Empty until ``MeasuredGraph`` has read them all."""
+    ahead_compute_ms: tuple[float | None, float | None] = (None, None)
+    """Each phase's compute (its time less its stalls) measured with the host ahead of the
+    GPU (a ``"kernels"`` call, see the module docstring): what its kernels take where the
+    timed calls only show the host's pace. ``None``: not measured (the phase was not paced),
+    or the host did not get ahead (its hold was too short)."""
     events: list[dict[str, Any]] = field(default_factory=list)
     """The measured schedule: the forward and backward on the compute lane, each stall
     and each copy on its lane (``{"lane", "name", "start_ms", "dur_ms", "args"}``, from
@@ -138,11 +149,13 @@ class Recorder(Protocol):
 
 
 class Source(Protocol):
-    def recorder(self, device: torch.device, call: int, what: str, intervals: int = 0) -> Recorder | None:
+    def recorder(self, device: torch.device, call: int, what: str, intervals: int = 0, *,
+                 hold_ms: tuple[float, float] = (0.0, 0.0)) -> Recorder | None:
         """A recorder for ``call`` of a graph on ``device``, measuring ``what``:
         ``"memory"`` (the allocator's records; its Python stacks slow the host, so time is
-        measured in another call) or ``"time"``; ``None`` where it cannot measure.
-        ``intervals``: how many copies and waits the call is expected to time."""
+        measured in another call), ``"time"`` or ``"kernels"`` (time, the GPU held for
+        ``hold_ms`` before the forward and the backward; 0: not held); ``None`` where it
+        cannot measure. ``intervals``: how many copies and waits the call is expected to time."""
 
     def measures(self, device: torch.device) -> bool:
         """Whether graphs on ``device`` will be measured (known before they compile)."""
@@ -155,10 +168,14 @@ active: "CudaRecorder | None" = None
 class CudaRecorder:
     """Measures one call on a CUDA device (see the module docstring)."""
 
-    def __init__(self, device: torch.device, call: int, what: str, intervals: int = 0) -> None:
+    def __init__(self, device: torch.device, call: int, what: str, intervals: int = 0, *,
+                 hold_ms: tuple[float, float] = (0.0, 0.0)) -> None:
         self.device = device
         self.call = call
         self.what = what
+        self.hold_cycles = tuple(round(ms * _cycles_per_ms(device)) if ms > 0 else 0 for ms in hold_ms)
+        self.ahead: list[bool | None] = [None, None]
+        """Per phase held: whether the GPU had not begun it when the host had issued it whole."""
         self.phase = ""
         self.events: dict[str, torch.cuda.Event] = {}
         self.counts: dict[str, tuple[int, int]] = {}
@@ -176,7 +193,7 @@ class CudaRecorder:
         self.host: dict[str, float] = {}  # perf_counter at each phase
         self.op_s, self.own_s, self.op_calls = [0.0, 0.0], [0.0, 0.0], [0, 0]
         self.spare: list[torch.cuda.Event] = []
-        if what == "time" and intervals:
+        if what != "memory" and intervals:
             self.reserve(2 * intervals)  # a start and an end each
 
     @property
@@ -206,6 +223,9 @@ class CudaRecorder:
         global active
         if phase.endswith("_end"):
             self.host[phase] = time.perf_counter()
+            side = int(phase.startswith("bw"))
+            if self.hold_cycles[side]:  # the GPU not yet at the phase's start: the host was ahead
+                self.ahead[side] = not self.events[phase.replace("_end", "_start")].query()
         stats = torch.cuda.memory_stats(self.device)
         counts = (stats.get("allocation.all.allocated", 0), stats.get("allocation.all.freed", 0))
         if phase == "fw_start" and self.what == "memory":
@@ -219,16 +239,20 @@ class CudaRecorder:
         self.phase = phase
         self.counts[phase] = counts
         self.allocated[phase] = stats.get("allocated_bytes.all.current", 0)
+        stream = torch.cuda.current_stream(self.device)
+        if phase.endswith("_start") and self.hold_cycles[phase.startswith("bw")]:
+            with torch.cuda.stream(stream):
+                torch.cuda._sleep(self.hold_cycles[phase.startswith("bw")])
         event = torch.cuda.Event(enable_timing=True)
-        event.record(torch.cuda.current_stream(self.device))
+        event.record(stream)
         self.events[phase] = event
-        active = self if phase in ("fw_start", "bw_start") and self.what == "time" else None
+        active = self if phase in ("fw_start", "bw_start") and self.what != "memory" else None
         if phase.endswith("_start"):
             self.host[phase] = time.perf_counter()
 
     def _events(self, out: Measured) -> list[dict[str, Any]]:
         """The measured schedule (``Measured.events``), when time was measured."""
-        if self.what != "time":
+        if self.what == "memory":
             return []
         origin = self.events["fw_start"]
         gap = self.events["fw_end"].elapsed_time(self.events["bw_start"])
@@ -281,7 +305,9 @@ class CudaRecorder:
             else:
                 out.h2d_ms, out.h2d_bytes = out.h2d_ms + took, out.h2d_bytes + nbytes
         out.events = self._events(out)
-        if self.what == "time":
+        out.ahead_compute_ms = tuple(ms if ahead else None for ms, ahead in
+                                     zip((out.fw_compute_ms, out.bw_compute_ms), self.ahead))
+        if self.what != "memory":
             ms = [(self.host[f"{p}_end"] - self.host[f"{p}_start"] - own) * 1e3
                   for p, own in zip(("fw", "bw"), self.own_s)]
             out.host_fw_ms, out.host_bw_ms = ms
@@ -331,15 +357,31 @@ def stall_after(stream: torch.cuda.Stream, before: torch.cuda.Event) -> None:
         rec.stalls.append((rec.phase, before, rec.mark(stream)))
 
 
+@functools.cache
+def _cycles_per_ms(device: torch.device) -> float:
+    """GPU clock cycles ``torch.cuda._sleep`` spins per millisecond on ``device`` (timed once)."""
+    cycles = 1 << 22  # about 2 ms at 2 GHz
+    stream = torch.cuda.current_stream(device)
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    with torch.cuda.stream(stream):
+        for _ in range(2):  # the first may wait for the clock to rise
+            start.record(stream)
+            torch.cuda._sleep(cycles)
+            end.record(stream)
+            end.synchronize()
+    return cycles / max(start.elapsed_time(end), 1e-3)
+
+
 class CudaSource:
     """Measures on CUDA devices, outside CUDA graph capture; elsewhere nothing."""
 
-    def recorder(self, device: torch.device, call: int, what: str, intervals: int = 0) -> Recorder | None:
+    def recorder(self, device: torch.device, call: int, what: str, intervals: int = 0, *,
+                 hold_ms: tuple[float, float] = (0.0, 0.0)) -> Recorder | None:
         if device.type != "cuda" or not torch.cuda.is_available():
             return None
         if torch.cuda.is_current_stream_capturing():
             return None
-        return CudaRecorder(device, call, what, intervals)
+        return CudaRecorder(device, call, what, intervals, hold_ms=hold_ms)
 
     def measures(self, device: torch.device) -> bool:
         return device.type == "cuda" and torch.cuda.is_available()
