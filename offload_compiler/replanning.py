@@ -17,9 +17,11 @@ allocated or released a block (pinning host memory stops the host for a while, a
 GPU with it; giving it back waits for the whole device) is measured again,
 ``MAX_REMEASURES`` times at most. Where the median timed call's forward or backward was
 paced by the host (``planning.replan.paced``), its time says nothing of the kernels:
-one more call, a step later, is timed with the GPU held before that phase until the
+one more call, a step later, is timed with the GPU held before each phase until the
 host has issued it whole (``"kernels"``, ``HOLD_FACTOR``), and the kernels' time
-measured there corrects the phase's scale. Where they disagree beyond the tolerance, or the step
+measured there corrects the phases' scales (a phase the host nearly paced is held too:
+where the host held back parts of it, its timed call mixes the host's pace into the
+kernels' too). Where they disagree beyond the tolerance, or the step
 went over ``memory_limit``, it plans again from the corrected inputs
 (``planning.replan.corrected``), compiles the graph again with that plan, and
 runs the new one from this call on: a step boundary, since every forward call runs
@@ -255,8 +257,7 @@ class MeasuredGraph:
         timed = measure.typical(self.timings)
         if self.kernels is None and self.recompile is not None and any(paced_phases(timed)):
             # Its time shows the host's pace: time the kernels, a step after this call.
-            self.hold = tuple(HOLD_FACTOR * h + HOLD_EXTRA_MS if p else 0.0
-                              for h, p in zip((timed.host_fw_ms, timed.host_bw_ms), paced_phases(timed)))
+            self.hold = tuple(HOLD_FACTOR * h + HOLD_EXTRA_MS for h in (timed.host_fw_ms, timed.host_bw_ms))
             self.time_from, self.timed_at = self.calls + self.per_step + self.per_step // 2, None
             return
         timed.timed_ms = tuple(m.step_ms for m in self.timings)

@@ -12,9 +12,11 @@ inputs a measured call of the compiled graph (``runtime.measure.Measured``) corr
   of the plan (one from the plan cache): measured compute (the call's time less the
   time compute waited for copies) over the estimate. Either way not in a phase the host
   paced (host time at least ``HOST_BOUND`` of its GPU time: its time says nothing of
-  the kernels). Such a phase takes its compute measured with the host ahead of the GPU
+  the kernels). Where a phase's compute was measured with the host ahead of the GPU
   (``Measured.ahead_compute_ms``, a call timed with the GPU held until the host had
-  issued the phase) over its estimate. Where that was not measured, at the first fit it
+  issued the phase, made where one phase was paced), its scale is that over its
+  estimate, paced or not: the GPU's own time, not a fit through the host lane. A paced
+  phase without it: at the first fit it
   goes halfway, geometrically, to the other phase's scale, capped at its own measured
   compute over its estimate, and a later fit keeps the scale fitted before. Neither
   extreme holds across models (``benchmarks/RESULTS.md``, session 31, H100): ViT-B/16's
@@ -225,11 +227,12 @@ def corrected(previous: Corrections, predicted: Any, measured: Any,
     if predicted.bw_compute_ms > 0 and bw_compute > 0 and not by_host[1]:
         ratios[1] = bw_compute / predicted.bw_compute_ms
     estimates = (predicted.fw_compute_ms, predicted.bw_compute_ms)
-    ahead = tuple(ms if paced_phase and ms and estimate > 0 else None for ms, paced_phase, estimate
-                  in zip(getattr(measured, "ahead_compute_ms", (None, None)), by_host, estimates))
-    for p, ms in enumerate(ahead):  # a paced phase's kernels, timed with the host ahead
+    ahead = tuple(ms if ms and estimate > 0 else None for ms, estimate
+                  in zip(getattr(measured, "ahead_compute_ms", (None, None)), estimates))
+    for p, ms in enumerate(ahead):  # the phase's kernels, timed with the host ahead
         if ms is not None:
             ratios[p] = ms / estimates[p]
+    kept = tuple(h or ms is not None for h, ms in zip(by_host, ahead))  # not fitted to the timed call
     if fw_host is not None and bw_host is not None and all(predicted.kernels):
         ops_ms, calls = measured.host_transfer_ms, measured.transfer_ops
         changes["host_us"] = tuple(round(max(0.0, host - ops) / n * 1e3, 1) for host, ops, n in
@@ -243,9 +246,9 @@ def corrected(previous: Corrections, predicted: Any, measured: Any,
     lanes = {"host_us": changes.get("host_us", previous.host_us),
              "op_host_us": changes.get("op_host_us", previous.op_host_us),
              **{k: changes[k] for k in ("d2h_gbps", "h2d_gbps") if k in changes}}
-    fits = resimulate is not None and measured.fw_ms > 0 and measured.bw_ms > 0 and not all(by_host)
+    fits = resimulate is not None and measured.fw_ms > 0 and measured.bw_ms > 0 and not all(kept)
     if fits:
-        ratios = fitted_scales(resimulate, measured, ratios, by_host, lanes)
+        ratios = fitted_scales(resimulate, measured, ratios, kept, lanes)
     if previous.measured_call is None and by_host.count(True) == 1 and ahead[by_host.index(True)] is None:
         # The first fit, one phase paced, its kernels not timed: its scale goes halfway
         # (geometrically) to the other phase's, as far as its own measured compute allows
@@ -256,7 +259,7 @@ def corrected(previous: Corrections, predicted: Any, measured: Any,
             guess = list(ratios)
             toward = scales[1 - p] * ratios[1 - p] / scales[p]
             guess[p] = min(toward ** 0.5, computes[p] / estimates[p])
-            ratios = fitted_scales(resimulate, measured, guess, by_host, lanes) if fits else guess
+            ratios = fitted_scales(resimulate, measured, guess, kept, lanes) if fits else guess
     if ratios[0] != 1.0:
         changes["fw_scale"] = previous.fw_scale * ratios[0]
     if ratios[1] != 1.0:

@@ -13,7 +13,7 @@ A :class:`Recorder` follows one forward and its backward on the GPU:
   bodies (:func:`host_timed`), each less the host time of the measurement's own events
   (made before the call, :meth:`CudaRecorder.reserve`);
 - kernels (``"kernels"``, a call measured only where a timed call's phase was paced by
-  the host): the GPU is held (``torch.cuda._sleep``) for ``hold_ms`` before the phase
+  the host): the GPU is held (``torch.cuda._sleep``) for ``hold_ms`` before each phase
   starts, so the host issues the phase whole before the GPU begins it, and the phase's
   time is its kernels' and copies', not the host's pace. Whether the host was ahead is
   checked, not assumed: when the host has issued the phase, the GPU must not have begun
@@ -94,8 +94,8 @@ class Measured:
     ahead_compute_ms: tuple[float | None, float | None] = (None, None)
     """Each phase's compute (its time less its stalls) measured with the host ahead of the
     GPU (a ``"kernels"`` call, see the module docstring): what its kernels take where the
-    timed calls only show the host's pace. ``None``: not measured (the phase was not paced),
-    or the host did not get ahead (its hold was too short)."""
+    timed calls only show the host's pace. ``None``: not measured (no phase was paced), or
+    the host did not get ahead (its hold was too short)."""
     events: list[dict[str, Any]] = field(default_factory=list)
     """The measured schedule: the forward and backward on the compute lane, each stall
     and each copy on its lane (``{"lane", "name", "start_ms", "dur_ms", "args"}``, from
