@@ -9,7 +9,10 @@ to issue each phase over 10 unprofiled steps (median). Throwaway probe, kept wit
 results.
 
     PYTHONPATH=$PWD python benchmarks/results/2026-11-27_s33_kernel_probe.py MODEL BUDGET
+
+``TABLE=1`` also prints the profiled step's ops by host self time.
 """
+import os
 import statistics
 import sys
 import time
@@ -45,6 +48,8 @@ def probe(label, fn, plans=None):
             loss_of(out).backward()
         torch.cuda.synchronize()
     model.zero_grad(set_to_none=True)
+    if os.environ.get("TABLE"):  # where the profiled step's host time went, by op
+        print(label, prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=22), flush=True)
     events = prof.events()
     spans = {e.name: (e.time_range.start, e.time_range.end) for e in events if e.name.startswith("PROBE_")}
     counts = {}
