@@ -212,7 +212,7 @@ class GraphPlan:
         ahead = [f"{name} compute {ms:.2f} ms" for name, ms in zip(("forward", "backward"),
                                                                    getattr(m, "ahead_compute_ms", ()))
                  if ms is not None]
-        if ahead:  # a paced phase's kernels, timed with the GPU held until the host had issued it
+        if ahead:  # the kernels call: timed with the GPU held until the host had issued each phase
             parts.append("with the host ahead: " + ", ".join(ahead))
         if m.step_peak_bytes is not None:
             parts.append(f"step peak {nbytes_text(m.step_peak_bytes)} measured vs {nbytes_text(p.step_peak_bytes)} "
