@@ -16,7 +16,7 @@ timed call starts after the memory call's backward ended, so the allocator's rec
 allocated or released a block (pinning host memory stops the host for a while, and the
 GPU with it; giving it back waits for the whole device) is measured again,
 ``MAX_REMEASURES`` times at most. Where the median timed call's forward or backward was
-paced by the host (``planning.replan.paced``), its time says nothing of the kernels:
+paced by the host (``planning.replan.paced_phases``), its time says nothing of the kernels:
 one more call, a step later, is timed with the GPU held before each phase until the
 host has issued it whole (``"kernels"``, ``HOLD_FACTOR``), and the kernels' time
 measured there corrects the phases' scales (a phase the host nearly paced is held too:
@@ -48,8 +48,8 @@ from typing import Any, Callable
 import torch
 
 from .nbytes import nbytes_text
-from .planning.replan import (Corrections, corrected, disagreements, held_overhead, over_limit, paced,
-                              repredicted, worse)
+from .planning.replan import (Corrections, corrected, disagreements, held_overhead, over_limit,
+                              paced_phases, repredicted, worse)
 from .reporting.dump import write_measured
 from .reporting.records import GraphPlan
 from .runtime import measure
@@ -395,11 +395,6 @@ class MeasuredGraph:
             corrections = self.corrections
         self.compiled, self.plan, self.corrections = compiled, before, corrections
         self.done = True
-
-
-def paced_phases(measured: Any) -> tuple[bool, bool]:
-    """Whether the host paced ``measured``'s forward, and its backward."""
-    return (paced(measured.host_fw_ms, measured.fw_ms), paced(measured.host_bw_ms, measured.bw_ms))
 
 
 def _percent(fraction: float) -> str:

@@ -480,7 +480,8 @@ def test_a_call_timed_with_the_host_ahead_measures_kernels_not_the_hosts_pace():
     them: timed as issued, the host sets the GPU's pace. Timed with the GPU held for
     longer than the host takes (the ``"kernels"`` call), the host is ahead (checked by
     the recorder) and the phase takes the kernels' own time, well under the paced one."""
-    from offload_compiler.replanning import HOLD_EXTRA_MS, HOLD_FACTOR, paced_phases
+    from offload_compiler.planning.replan import paced_phases
+    from offload_compiler.replanning import HOLD_EXTRA_MS, HOLD_FACTOR
 
     x = torch.randn(64, device="cuda")
 

@@ -221,7 +221,7 @@ def corrected(previous: Corrections, predicted: Any, measured: Any,
     fw_compute, bw_compute = measured.fw_compute_ms, measured.bw_compute_ms
     fw_host, bw_host = measured.host_fw_ms, measured.host_bw_ms
     ratios = [1.0, 1.0]  # each phase's new scale over its previous one
-    by_host = (paced(fw_host, measured.fw_ms), paced(bw_host, measured.bw_ms))
+    by_host = paced_phases(measured)
     if predicted.fw_compute_ms > 0 and fw_compute > 0 and not by_host[0]:
         ratios[0] = fw_compute / predicted.fw_compute_ms
     if predicted.bw_compute_ms > 0 and bw_compute > 0 and not by_host[1]:
@@ -273,11 +273,12 @@ def corrected(previous: Corrections, predicted: Any, measured: Any,
 
 
 def fitted_scales(resimulate: Callable[..., Any], measured: Any, guess: list[float],
-                  by_host: tuple[bool, bool], lanes: dict[str, Any]) -> list[float]:
+                  kept: tuple[bool, bool], lanes: dict[str, Any]) -> list[float]:
     """Factors on the forward's and the backward's op times under which the measured plan,
     simulated again with ``lanes`` (the measured host and bandwidths), takes as long per
     phase as measured: the forward's first, then the backward's with it. A phase the host
-    paced (``by_host``) keeps ``guess`` (1): a host model that spreads the host's time
+    paced, or whose kernels were timed with the host ahead (``kept``), keeps ``guess``
+    (1, or that timing over the estimate): a host model that spreads the host's time
     evenly over the ops leaves some of its waits to be explained, and they are not the
     kernels' (on an H100, ResNet-50's paced forward was fitted to 2.9x its kernels'
     estimate, and the step with nothing moved predicted that much slower). ``guess``
@@ -294,7 +295,7 @@ def fitted_scales(resimulate: Callable[..., Any], measured: Any, guess: list[flo
     fitted: list[float] = []
     for phase, target in enumerate((measured.fw_ms, measured.bw_ms)):
         fw_k = fitted[0] if fitted else 1.0
-        if by_host[phase]:  # the GPU waited for the host: its time says nothing of the kernels
+        if kept[phase]:  # paced (its time says nothing of the kernels), or its kernels timed apart
             fitted.append(guess[phase])
             continue
         at_guess = phase_ms(guess[phase], phase, fw_k)
@@ -326,6 +327,11 @@ def fitted_scales(resimulate: Callable[..., Any], measured: Any, guess: list[flo
 
 class MemoryLimitError(RuntimeError):
     """No plan fits ``memory_limit``; the message says by how much."""
+
+
+def paced_phases(measured: Any) -> tuple[bool, bool]:
+    """Whether the host paced ``measured``'s forward, and its backward (:func:`paced`)."""
+    return (paced(measured.host_fw_ms, measured.fw_ms), paced(measured.host_bw_ms, measured.bw_ms))
 
 
 def paced(host_ms: float | None, gpu_ms: float) -> bool:

@@ -221,9 +221,9 @@ class CudaRecorder:
 
     def probe(self, phase: str) -> None:
         global active
+        side = int(phase.startswith("bw"))
         if phase.endswith("_end"):
             self.host[phase] = time.perf_counter()
-            side = int(phase.startswith("bw"))
             if self.hold_cycles[side]:  # the GPU not yet at the phase's start: the host was ahead
                 self.ahead[side] = not self.events[phase.replace("_end", "_start")].query()
         stats = torch.cuda.memory_stats(self.device)
@@ -240,9 +240,9 @@ class CudaRecorder:
         self.counts[phase] = counts
         self.allocated[phase] = stats.get("allocated_bytes.all.current", 0)
         stream = torch.cuda.current_stream(self.device)
-        if phase.endswith("_start") and self.hold_cycles[phase.startswith("bw")]:
+        if phase.endswith("_start") and self.hold_cycles[side]:
             with torch.cuda.stream(stream):
-                torch.cuda._sleep(self.hold_cycles[phase.startswith("bw")])
+                torch.cuda._sleep(self.hold_cycles[side])
         event = torch.cuda.Event(enable_timing=True)
         event.record(stream)
         self.events[phase] = event
