@@ -613,6 +613,42 @@ def test_transfer_ops_that_a_paced_host_cannot_afford_are_planned_away(source):
     assert len(second.offloaded) <= offloaded // 4
     assert second.predicted.step_ms <= second.predicted.baseline_step_ms * 1.03
 
+def test_auto_decides_on_its_overhead_with_the_measured_host_and_without_it(source, monkeypatch):
+    """The host's measured pace can make it the bottleneck, where the GPU work a plan
+    adds looks free. Planned again from a measurement with a host lane, "auto" decides
+    on lanes that also hold its overhead without the host (``Lanes.without_host``: the
+    step with nothing moved, with the host, over the same without it); the first plan
+    (no host measured) and a fixed budget's re-plan decide on the lanes as measured,
+    and the predictions are made with the host either way."""
+    from offload_compiler.planning import search
+
+    seen = []
+    real = search._solve
+
+    def spy(facts, config, lanes, *args, **kwargs):
+        seen.append((config.memory_budget, lanes))
+        return real(facts, config, lanes, *args, **kwargs)
+
+    monkeypatch.setattr(search, "_solve", spy)
+    for budget in ("auto", 0.5):
+        b = backend(**OPTIONS, memory_budget=budget)
+        source(_host_paced(b.plans, op_ms=0.001, kernels=1.0))
+        seen.clear()
+        _run(b, steps=KERNELS_READ_AT)
+        first, second = b.plans
+        host = tuple(second.corrections["host_us"])
+        assert host[0] > 0
+        weights = {lanes.without_host for _, lanes in seen if lanes.host_us == host}
+        assert {lanes.without_host for _, lanes in seen if lanes.host_us == (0.0, 0.0)} == {0.0}  # the first plan
+        if budget == "auto":
+            (w,) = weights
+            assert w > 1.0  # the host lengthens the step with nothing moved
+        else:
+            assert weights == {0.0}
+        again = second.resimulate(1.0, 1.0)  # the plan's own lanes: with the host, not held
+        assert second.predicted.step_ms == pytest.approx(again.step_ms)
+
+
 def test_the_measurement_is_written_to_the_dump_beside_the_prediction(source, tmp_path):
     import json
 

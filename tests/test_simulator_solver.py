@@ -409,3 +409,33 @@ def test_auto_moves_nothing_through_a_host_that_paces_the_step():
     behind = solve(fw, bw, ts, opts, paced, budget_bytes=None, max_overhead=0.03)
     assert behind.decisions == {"A": RECOMPUTE, "B": KEEP}
     assert behind.result.step_ms <= behind.baseline.step_ms * 1.03
+
+
+def test_with_the_host_lane_held_too_a_plan_costs_the_larger_of_its_two_overheads():
+    # 20 ops of 10 us each way, issued at 50 us each: the host sets the pace (2.01 ms).
+    # R, recomputed for 0.3 ms before backward op 10, costs the host one more op (2.5%)
+    # and the GPU, idle most of the step, nothing more; without the host, the GPU's own
+    # step (0.4 ms) takes 75% longer. ``without_host`` counts that, scaled to the paced
+    # step with nothing moved. A (kept) makes R's memory count at the end of forward.
+    fw, bw = [0.01] * 20, [0.01] * 20
+    paced = _hosted((50.0, 50.0), (0.0, 0.0))
+    a = T("A", MB, 0, 0, 0, 1)
+    kept = [a, T("R", MB, 2, 2, 10, 10, rc=0.3)]
+    recomputed = [a, dataclasses.replace(kept[1], decision=RECOMPUTE)]
+    base = simulate(fw, bw, kept, paced)
+    assert simulate(fw, bw, recomputed, paced).step_ms == pytest.approx(base.step_ms + 0.05)
+    own = simulate(fw, bw, kept, LANES).step_ms  # 0.4 ms
+    both = dataclasses.replace(paced, without_host=base.step_ms / own)
+    assert simulate(fw, bw, kept, both).step_ms == pytest.approx(base.step_ms)
+    assert simulate(fw, bw, recomputed, both).step_ms == pytest.approx(0.7 * base.step_ms / own)
+    # No host lane: nothing to hold it against.
+    assert simulate(fw, bw, recomputed, dataclasses.replace(LANES, without_host=5.0)).step_ms == pytest.approx(0.7)
+
+    # "auto" takes R's recomputation on the paced timeline alone (2.5% of its step), not
+    # on both: once the host runs faster, the GPU's 0.3 ms shows.
+    opts = {"A": Option(False, False, why_not_offload="test", why_not_recompute="test"),
+            "R": Option(False, True, why_not_offload="test")}
+    assert solve(fw, bw, kept, opts, paced, budget_bytes=None, max_overhead=0.03).decisions["R"] == RECOMPUTE
+    assert solve(fw, bw, kept, opts, both, budget_bytes=None, max_overhead=0.03).decisions["R"] == KEEP
+    cheap = [a, T("R", MB, 2, 2, 10, 10, rc=0.005)]  # 1.25% of the GPU's own step: within either way
+    assert solve(fw, bw, cheap, opts, both, budget_bytes=None, max_overhead=0.03).decisions["R"] == RECOMPUTE

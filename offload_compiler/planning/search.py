@@ -163,10 +163,11 @@ def _plan_cost_model(joint_gm, start: Partition, num_fwd_outputs: int, config: O
     reuse = Reuse(joint_gm, start, num_fwd_outputs, analyze, functools.partial(
         _gather_facts, num_fwd_outputs=num_fwd_outputs, joint_gm=joint_gm, cost=cost,
         min_bytes=config.min_offload_bytes))
-    realise = functools.partial(_realise, joint_gm, num_fwd_outputs, config, start, lanes,
+    available = corrections.available_bytes
+    decide_lanes = _without_host(facts, lanes, baseline) if budget.auto and available is None else lanes
+    realise = functools.partial(_realise, joint_gm, num_fwd_outputs, config, start, decide_lanes,
                                 baseline, cost, budget, reuse)
     t1 = time.perf_counter()
-    available = corrections.available_bytes
     best, provisional = None, False
     if available is None or not budget.auto:  # memory_limit with "auto": starts from nothing moved
         best = realise(budget.nbytes)
@@ -202,6 +203,25 @@ def _plan_cost_model(joint_gm, start: Partition, num_fwd_outputs: int, config: O
         issue_before[NEXT_CALL] = best.facts.bw_nodes[final.next_call_before]
     return PlannedGraph(best.fw_gm, best.bw_gm, plan, release_after, issue_before,
                         recomputed=bool(best.chains), recompute_chains=best.chains)
+
+
+def _without_host(facts: Facts, lanes: Lanes, baseline: SimResult) -> Lanes:
+    """The lanes ``"auto"`` decides on: where a measurement gave the host a lane, each
+    plan's overhead over nothing moved is the larger of its overhead with the host and
+    without it (``Lanes.without_host``). The host's pace is one plan's measured calls,
+    and it varies as much as twofold between calls, machines and plans (on an H100,
+    ResNet-50's forward with nothing moved issued in 8.4 to 16.1 ms within one run,
+    ``benchmarks/RESULTS.md``, session 33); where that pace makes the host the
+    bottleneck, the GPU work a plan adds (recomputation, stalls) would look free, and it
+    is not once the host runs faster: ResNet-50's re-plans, made with a host lane that
+    put the step with nothing moved 9% to 52% over Inductor's, ran 1.28x and 1.32x its
+    step. Held on both timelines, the overhead holds at either pace."""
+    if not any(lanes.host_us + lanes.op_host_us):
+        return lanes
+    own = final_simulation(facts, {}, dataclasses.replace(lanes, host_us=(0.0, 0.0), op_host_us=(0.0, 0.0)))
+    if own.step_ms <= 0:
+        return lanes
+    return dataclasses.replace(lanes, without_host=baseline.step_ms / own.step_ms)
 
 
 def _solve(facts: Facts, config: OffloadConfig, lanes: Lanes, budget_bytes: int | None,

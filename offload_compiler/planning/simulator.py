@@ -26,6 +26,8 @@ The model:
   the host has issued it: where the host is behind (many short kernels), each transfer
   op is step time; where it is far ahead, it costs nothing. Measured host times only:
   both are 0 until a measurement corrects them, and the host is then never behind.
+  With ``Lanes.without_host``, the step is also simulated without the host, and
+  ``step_ms`` is the larger of the two, that one scaled (see ``Lanes``).
 
 Memory counts only saved activations, and each only once forward is done with it
 (after its last forward use): until then every plan holds it alike, for forward's own
@@ -68,6 +70,7 @@ within the call (its backward, with the next call's prefetched reloads) is kept 
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from dataclasses import dataclass, field
 from typing import Any
@@ -166,7 +169,8 @@ def simulate(fw_ms: list[float], bw_ms: list[float], tensors: list[SimTensor], l
     every time is summed in the order the model above reads."""
     chained = lanes.chained
     if chained and previous is None:
-        previous = simulate(fw_ms, bw_ms, tensors, lanes, bw_out_bytes=bw_out_bytes, slowed=slowed,
+        before = dataclasses.replace(lanes, without_host=0.0) if lanes.without_host else lanes  # step not read
+        previous = simulate(fw_ms, bw_ms, tensors, before, bw_out_bytes=bw_out_bytes, slowed=slowed,
                             previous=FIRST_CALL)
     slow = 1.0 + lanes.compute_slowdown
     # Memory changes are made at the compute lane's current time, which never goes back
@@ -383,8 +387,14 @@ def simulate(fw_ms: list[float], bw_ms: list[float], tensors: list[SimTensor], l
         # further behind with every call: some call waits for the excess.
         behind = max(0.0, spill - previous.d2h_spill_ms) if previous is not FIRST_CALL else 0.0
         stall, t = stall + behind, t + behind
+    step = t
+    if hosted and lanes.without_host:  # the GPU's own step, against nothing moved's
+        own = simulate(fw_ms, bw_ms, tensors, dataclasses.replace(
+            lanes, host_us=(0.0, 0.0), op_host_us=(0.0, 0.0), without_host=0.0),
+            bw_out_bytes=bw_out_bytes, slowed=slowed)
+        step = max(t, own.step_ms * lanes.without_host)
     return SimResult(
-        step_ms=t, fw_ms=fw_end, bw_ms=t - fw_end, stall_ms=stall, peak_bytes=peak,
+        step_ms=step, fw_ms=fw_end, bw_ms=t - fw_end, stall_ms=stall, peak_bytes=peak,
         peak_time_ms=peak_t, end_of_forward_bytes=end_fw, call_peak_bytes=call_peak, release_after=release_after,
         reload_before=reload_before, copy_ms=copy_time, hidden_ms=hidden, events=events,
         memory=curve, step_peak_bytes=step_peak, step_peak_time_ms=step_peak_t, step_peak_holders=holders or [],
