@@ -299,13 +299,67 @@ def _graph_after_replan(before_ms, after_ms, *, baseline_ms=100.0, max_overhead=
 def test_auto_holds_its_overhead_as_measured(before_ms, after_ms, kw, gives_way, caplog):
     graph, timed, before = _graph_after_replan(before_ms, after_ms, **kw)
     with caplog.at_level(logging.INFO, logger="offload_compiler"):
-        why = graph._over_overhead(timed, before)
+        why = graph._over_overhead(timed, timed, before)
     assert bool(why) == gives_way, why
     if gives_way:
         assert why == ("measured 104.00 ms, 4.0% over 100.00 ms with nothing moved, as graph 0's "
                        "measurement explains it, past max_overhead 3.0%; graph 0 measured 102.00 ms (2.0%)")
     if (before_ms, after_ms) == (105.0, 104.0):
         assert "keeping the faster" in caplog.text
+
+
+def test_a_replan_is_judged_at_the_host_pace_of_the_plan_it_replaced():
+    """``at_host_pace``: a phase the host paced in the new plan's measurement, at a slower
+    pace per kernel than in the replaced plan's, loses the difference over its kernels
+    (its transfer ops' host time stays), down to its kernels and stalls as timed with
+    the host ahead; anything else stays as measured."""
+    from offload_compiler.planning.replan import at_host_pace
+
+    # The replaced plan: 100 and 200 kernels issued at 30 us each (1 ms of transfer ops too).
+    old = measure.Measured(call=3, fw_ms=4.2, bw_ms=9.0, stall_ms=0.0, host_fw_ms=4.0, host_bw_ms=6.0,
+                           host_transfer_ms=(1.0, 0.0), transfer_ops=(10, 0))
+    # The new one: its forward paced, its kernels issued at 49 us ((5.9 - 1) ms over 100).
+    new = measure.Measured(call=3, fw_ms=6.0, bw_ms=8.0, stall_ms=0.5, fw_stall_ms=0.2, host_fw_ms=5.9,
+                           host_bw_ms=4.0, host_transfer_ms=(1.0, 0.0), transfer_ops=(10, 0),
+                           ahead_compute_ms=(3.5, 7.0))
+    judged = at_host_pace(new, (100, 220), old, (100, 200))
+    assert judged.fw_ms == pytest.approx(6.0 - 0.019 * 100) and judged.bw_ms == 8.0  # backward not paced
+    assert judged.stall_ms == new.stall_ms and new.fw_ms == 6.0
+    floor = at_host_pace(dataclasses.replace(new, ahead_compute_ms=(4.5, None)), (100, 220), old, (100, 200))
+    assert floor.fw_ms == pytest.approx(4.5 + 0.2)  # its kernels and stalls with the host ahead
+    for same in (dataclasses.replace(new, ahead_compute_ms=(None, None)),  # kernels not timed
+                 dataclasses.replace(new, host_fw_ms=3.5),  # the host faster than before
+                 dataclasses.replace(new, host_fw_ms=5.0)):  # not paced (5.0 of 6.0)
+        assert at_host_pace(same, (100, 220), old, (100, 200)) is same
+
+
+def test_a_replan_the_host_issued_at_a_slower_pace_is_not_given_up_for_it(source, caplog):
+    """"auto"'s re-plan measures 30% over the step with nothing moved because the host
+    issued its kernels 1.3x as slowly as in the first plan's timed calls, its kernels
+    timed with the host ahead as predicted: judged at the first plan's pace it is within
+    ``max_overhead`` and kept. Where its kernels, too, ran 1.3x, it is given up."""
+    for kernels, gives_way in ((1.0, False), (1.3, True)):
+        b = backend(**OPTIONS, memory_budget="auto", plan_cache=False)
+        first_plan = _host_paced(b.plans, op_ms=0.001, kernels=1.0)
+
+        def make(call, kernels=kernels):
+            m = first_plan(call)
+            if len(b.plans) == 1:
+                return m
+            p = b.plans[-1].predicted
+            ahead = (p.fw_compute_ms * kernels, p.bw_compute_ms * kernels) if call == KERNELS_AT else (None, None)
+            ops = m.host_transfer_ms
+            fw, bw = 1.3 * (m.fw_ms - ops[0]) + ops[0], 1.3 * (m.bw_ms - ops[1]) + ops[1]
+            return dataclasses.replace(m, fw_ms=fw, bw_ms=bw, host_fw_ms=fw, host_bw_ms=bw, ahead_compute_ms=ahead)
+
+        source(make)
+        caplog.clear()
+        with caplog.at_level(logging.INFO, logger="offload_compiler"):
+            _run(b, steps=2 * KERNELS_READ_AT - 1)
+        first, second = b.plans
+        assert second.measured is not None and second.measured.step_ms > 1.25 * second.predicted.baseline_step_ms
+        assert f"judged at graph {first.graph_id}'s pace" in caplog.text
+        assert second.reverted == gives_way and b.current_plans == [first if gives_way else second]
 
 
 def test_held_overhead_is_decided_on_the_measurements_alone():
