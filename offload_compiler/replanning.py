@@ -33,11 +33,11 @@ replaced (by more than the tolerance) without holding less memory at its peak is
 up (judged at the host's pace in the replaced plan's timed calls,
 ``planning.replan.at_host_pace``): the graph goes back to the plan it replaced
 (``GraphPlan.reverted``), whose compiled callable is kept until then. So is, with
-``"auto"``, a new plan whose measured step is more than ``max_overhead`` over the step with nothing moved, as the corrected
-model predicts that one (``planning.replan.overhead``), where the plan it replaced
-measured faster: ``"auto"`` holds its overhead as measured, not only as predicted. Each
-measurement is logged, put on the plan (``GraphPlan.measured``) and written to the
-graph's dump.
+``"auto"``, a new plan whose measured step is more than ``max_overhead`` over the step
+with nothing moved, as the corrected model predicts that one
+(``planning.replan.overhead``), where the plan it replaced measured faster: ``"auto"``
+holds its overhead as measured, not only as predicted. Each measurement is logged, put
+on the plan (``GraphPlan.measured``) and written to the graph's dump.
 """
 
 from __future__ import annotations
@@ -49,8 +49,8 @@ from typing import Any, Callable
 import torch
 
 from .nbytes import nbytes_text
-from .planning.replan import (MAX_TRUSTED_RATIO, Corrections, at_host_pace, corrected, disagreements, held_overhead,
-                              over_limit, paced_phases, repredicted, trusted, worse)
+from .planning.replan import (MAX_TRUSTED_RATIO, Corrections, at_host_pace, corrected, disagreements,
+                              held_overhead, over_limit, paced_phases, repredicted, trusted, worse)
 from .reporting.dump import write_measured
 from .reporting.records import GraphPlan
 from .runtime import measure

@@ -210,11 +210,11 @@ def at_host_pace(new: Any, new_kernels: tuple[int, int], old: Any, old_kernels: 
     the host 10.9 ms with 36 transfer ops among them in one plan's timed calls, and
     13.8 ms with none in the next plan's, a few steps later (an H100,
     ``benchmarks/RESULTS.md``, session 34); the second plan was given up for 27% over a
-    step with nothing moved that the first pace had explained. Judged at one pace, a phase's time goes down by the difference in pace
-    over its kernels (its transfer ops' host time, the plan's own, stays), but not below
-    its kernels and stalls as timed with the host ahead (``ahead_compute_ms``); a
-    phase without that timing, or not paced, stays as measured. ``new`` itself where
-    nothing changes."""
+    step with nothing moved that the first pace had explained. Judged at one pace, a
+    phase's time goes down by the difference in pace over its kernels (its transfer
+    ops' host time, the plan's own, stays), but not below its kernels and stalls as
+    timed with the host ahead (``ahead_compute_ms``); a phase without that timing, or
+    not paced, stays as measured. ``new`` itself where nothing changes."""
     phases = {}
     aheads = getattr(new, "ahead_compute_ms", (None, None))
     stalls = (new.fw_stall_ms, new.stall_ms - new.fw_stall_ms)
