@@ -30,8 +30,9 @@ That happens at most once per graph (``MAX_REPLANS``), or up to ``MAX_LIMIT_REPL
 times while the measured step goes over ``memory_limit``; the new plan is measured again
 (for the record, and for the limit). A new plan measured slower than the one it
 replaced (by more than the tolerance) without holding less memory at its peak is given
-up (judged at the host's pace in the replaced plan's timed calls,
-``planning.replan.at_host_pace``): the graph goes back to the plan it replaced
+up (each phase counted at least at the host's time to issue it, the new plan's at the
+replaced plan's host pace: ``planning.replan.at_least_host``, ``at_host_pace``): the
+graph goes back to the plan it replaced
 (``GraphPlan.reverted``), whose compiled callable is kept until then. So is, with
 ``"auto"``, a new plan whose measured step is more than ``max_overhead`` over the step
 with nothing moved, as the corrected model predicts that one
@@ -49,8 +50,8 @@ from typing import Any, Callable
 import torch
 
 from .nbytes import nbytes_text
-from .planning.replan import (MAX_TRUSTED_RATIO, Corrections, at_host_pace, corrected, disagreements,
-                              held_overhead, over_limit, paced_phases, repredicted, trusted, worse)
+from .planning.replan import (MAX_TRUSTED_RATIO, Corrections, at_host_pace, at_least_host, corrected,
+                              disagreements, held_overhead, over_limit, paced_phases, repredicted, trusted, worse)
 from .reporting.dump import write_measured
 from .reporting.records import GraphPlan
 from .runtime import measure
@@ -273,14 +274,13 @@ class MeasuredGraph:
         write_measured(plan)
         if self.previous is not None:
             _, before, before_corrections = self.previous
-            judged = self._at_pace(timed, before)
-            if worse(judged, before.measured, before_corrections):
+            judged, old = self._judged(timed, before)
+            if worse(judged, old, before_corrections):
                 self._revert(f"measured {_ms(judged, timed)} and {nbytes_text(timed.step_peak_bytes or 0)} "
                              f"at its step peak, worse than graph {before.graph_id}'s "
-                             f"{before.measured.step_ms:.2f} ms and "
-                             f"{nbytes_text(before.measured.step_peak_bytes or 0)}")
+                             f"{_ms(old, before.measured)} and {nbytes_text(old.step_peak_bytes or 0)}")
                 return
-            over = self._over_overhead(judged, timed, before)
+            over = self._over_overhead(judged, timed, old, before)
             if over:
                 self._revert(over)
                 return
@@ -339,28 +339,31 @@ class MeasuredGraph:
         self.first = self.timed_at = None
         self.done = new_plan is None or new_plan.predicted is None
 
-    def _at_pace(self, timed: Any, before: GraphPlan) -> Any:
-        """``timed`` (the new plan's measurement) at ``before``'s host pace
-        (``planning.replan.at_host_pace``), logged where that changes it."""
-        judged = at_host_pace(timed, self.plan.predicted.kernels, before.measured, before.predicted.kernels)
-        if judged is not timed:
-            log.info("offload: graph %d: the host issued its kernels slower than in graph %d's timed calls; "
-                     "judged at graph %d's pace: step %s", self.plan.graph_id, before.graph_id,
-                     before.graph_id, _ms(judged, timed))
-        return judged
+    def _judged(self, timed: Any, before: GraphPlan) -> tuple[Any, Any]:
+        """The new plan's measurement ``timed`` and ``before``'s as they are compared: each
+        phase at least its host's time (``planning.replan.at_least_host``), the new one at
+        ``before``'s host pace (``at_host_pace``); logged where that changes either."""
+        old = at_least_host(before.measured)
+        judged = at_host_pace(at_least_host(timed), self.plan.predicted.kernels, before.measured,
+                              before.predicted.kernels)
+        if judged is not timed or old is not before.measured:
+            log.info("offload: graph %d: judged with each phase at least its host's time, at graph %d's "
+                     "host pace: step %s; graph %d: %s", self.plan.graph_id, before.graph_id,
+                     _ms(judged, timed), before.graph_id, _ms(old, before.measured))
+        return judged, old
 
-    def _over_overhead(self, judged: Any, timed: Any, before: GraphPlan) -> str | None:
-        """``"auto"``: why the new plan, measured as ``timed`` (``judged``: at ``before``'s
-        host pace), gives way to ``before`` (the plan it replaced, measured): its step more
-        than ``max_overhead`` over the step with nothing moved, as the model corrected
-        from ``before``'s measurement predicts that one, where ``before`` measured faster.
-        ``None`` otherwise; the measured overhead is logged either way."""
+    def _over_overhead(self, judged: Any, timed: Any, old: Any, before: GraphPlan) -> str | None:
+        """``"auto"``: why the new plan, measured as ``timed`` (``judged``, and ``old`` for
+        ``before``: as :meth:`_judged` compares them), gives way to ``before`` (the plan it
+        replaced, measured): its step more than ``max_overhead`` over the step with
+        nothing moved, as the model corrected from ``before``'s measurement predicts that
+        one, where ``before`` measured faster. ``None`` otherwise; the measured overhead
+        is logged either way."""
         plan = self.plan
-        held = held_overhead(judged.step_ms, before.measured.step_ms, plan.predicted, self.corrections,
-                             self.max_overhead)
+        held = held_overhead(judged.step_ms, old.step_ms, plan.predicted, self.corrections, self.max_overhead)
         if held is None:
             return None
-        new, old, gives_way = held
+        new, old_overhead, gives_way = held
         baseline = (f"{plan.predicted.baseline_step_ms:.2f} ms with nothing moved, as graph "
                     f"{before.graph_id}'s measurement explains it")
         log.info("offload: graph %d: \"auto\" measured %s %s the step with nothing moved (%s; "
@@ -371,11 +374,11 @@ class MeasuredGraph:
                 log.warning("offload: graph %d: \"auto\" measured %s over the step with nothing moved, past "
                             "max_overhead %s; the plan it replaced (graph %d) measured %s: keeping the faster",
                             plan.graph_id, _percent(new), _percent(self.max_overhead), before.graph_id,
-                            _percent(old))
+                            _percent(old_overhead))
             return None
         return (f"measured {_ms(judged, timed)}, {_percent(new)} over {baseline}, past max_overhead "
-                f"{_percent(self.max_overhead)}; graph {before.graph_id} measured {before.measured.step_ms:.2f} ms "
-                f"({_percent(old)})")
+                f"{_percent(self.max_overhead)}; graph {before.graph_id} measured {_ms(old, before.measured)} "
+                f"({_percent(old_overhead)})")
 
     def _revert(self, reason: str) -> None:
         """Go back to the plan the current one replaced (measured better: ``reason``).
