@@ -430,6 +430,11 @@ def test_with_the_host_lane_held_too_a_plan_costs_the_larger_of_its_two_overhead
     assert simulate(fw, bw, recomputed, both).step_ms == pytest.approx(0.7 * base.step_ms / own)
     # No host lane: nothing to hold it against.
     assert simulate(fw, bw, recomputed, dataclasses.replace(LANES, without_host=5.0)).step_ms == pytest.approx(0.7)
+    # One call of a chain (per_block): the same rule, each timeline simulated as a chain.
+    chain = dataclasses.replace(both, chained=True)
+    full = simulate(fw, bw, recomputed, dataclasses.replace(chain, without_host=0.0)).step_ms
+    alone = simulate(fw, bw, recomputed, dataclasses.replace(LANES, chained=True)).step_ms
+    assert simulate(fw, bw, recomputed, chain).step_ms == pytest.approx(max(full, alone * both.without_host))
 
     # "auto" takes R's recomputation on the paced timeline alone (2.5% of its step), not
     # on both: once the host runs faster, the GPU's 0.3 ms shows.
