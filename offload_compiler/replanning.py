@@ -30,9 +30,9 @@ That happens at most once per graph (``MAX_REPLANS``), or up to ``MAX_LIMIT_REPL
 times while the measured step goes over ``memory_limit``; the new plan is measured again
 (for the record, and for the limit). A new plan measured slower than the one it
 replaced (by more than the tolerance) without holding less memory at its peak is given
-up (each phase counted at least at the host's time to issue it, the new plan's at the
-replaced plan's host pace: ``planning.replan.at_least_host``, ``at_host_pace``): the
-graph goes back to the plan it replaced
+up (compared as ``planning.replan.as_compared`` gives them: each phase at least at the
+host's time to issue it, the new plan's at the replaced plan's host pace): the graph
+goes back to the plan it replaced
 (``GraphPlan.reverted``), whose compiled callable is kept until then. So is, with
 ``"auto"``, a new plan whose measured step is more than ``max_overhead`` over the step
 with nothing moved, as the corrected model predicts that one
@@ -50,8 +50,8 @@ from typing import Any, Callable
 import torch
 
 from .nbytes import nbytes_text
-from .planning.replan import (MAX_TRUSTED_RATIO, Corrections, at_host_pace, at_least_host, corrected,
-                              disagreements, held_overhead, over_limit, paced_phases, repredicted, trusted, worse)
+from .planning.replan import (MAX_TRUSTED_RATIO, Corrections, as_compared, corrected, disagreements,
+                              held_overhead, over_limit, paced_phases, repredicted, trusted, worse)
 from .reporting.dump import write_measured
 from .reporting.records import GraphPlan
 from .runtime import measure
@@ -340,12 +340,9 @@ class MeasuredGraph:
         self.done = new_plan is None or new_plan.predicted is None
 
     def _judged(self, timed: Any, before: GraphPlan) -> tuple[Any, Any]:
-        """The new plan's measurement ``timed`` and ``before``'s as they are compared: each
-        phase at least its host's time (``planning.replan.at_least_host``), the new one at
-        ``before``'s host pace (``at_host_pace``); logged where that changes either."""
-        old = at_least_host(before.measured)
-        judged = at_host_pace(at_least_host(timed), self.plan.predicted.kernels, before.measured,
-                              before.predicted.kernels)
+        """The new plan's measurement ``timed`` and ``before``'s as they are compared
+        (``planning.replan.as_compared``), logged where that changes either."""
+        judged, old = as_compared(timed, self.plan.predicted.kernels, before.measured, before.predicted.kernels)
         if judged is not timed or old is not before.measured:
             log.info("offload: graph %d: judged with each phase at least its host's time, at graph %d's "
                      "host pace: step %s; graph %d: %s", self.plan.graph_id, before.graph_id,

@@ -708,7 +708,7 @@ def test_transfer_ops_that_a_paced_host_cannot_afford_are_planned_away(source):
 def test_auto_decides_on_its_overhead_with_the_measured_host_and_without_it(source, monkeypatch):
     """The host's measured pace can make it the bottleneck, where the GPU work a plan
     adds looks free. Planned again from a measurement with a host lane, "auto" decides
-    on lanes that also hold its overhead without the host (``Lanes.without_host``: the
+    on lanes that also hold its overhead without the host (``Lanes.without_host_scale``: the
     step with nothing moved, with the host, over the same without it); the first plan
     (no host measured) and a fixed budget's re-plan decide on the lanes as measured,
     and the predictions are made with the host either way."""
@@ -730,8 +730,8 @@ def test_auto_decides_on_its_overhead_with_the_measured_host_and_without_it(sour
         first, second = b.plans
         host = tuple(second.corrections["host_us"])
         assert host[0] > 0
-        weights = {lanes.without_host for _, lanes in seen if lanes.host_us == host}
-        assert {lanes.without_host for _, lanes in seen if lanes.host_us == (0.0, 0.0)} == {0.0}  # the first plan
+        weights = {lanes.without_host_scale for _, lanes in seen if lanes.host_us == host}
+        assert {lanes.without_host_scale for _, lanes in seen if lanes.host_us == (0.0, 0.0)} == {0.0}  # the first plan
         if budget == "auto":
             (w,) = weights
             assert w > 1.0  # the host lengthens the step with nothing moved

@@ -415,7 +415,7 @@ def test_with_the_host_lane_held_too_a_plan_costs_the_larger_of_its_two_overhead
     # 20 ops of 10 us each way, issued at 50 us each: the host sets the pace (2.01 ms).
     # R, recomputed for 0.3 ms before backward op 10, costs the host one more op (2.5%)
     # and the GPU, idle most of the step, nothing more; without the host, the GPU's own
-    # step (0.4 ms) takes 75% longer. ``without_host`` counts that, scaled to the paced
+    # step (0.4 ms) takes 75% longer. ``without_host_scale`` counts that, scaled to the paced
     # step with nothing moved. A (kept) makes R's memory count at the end of forward.
     fw, bw = [0.01] * 20, [0.01] * 20
     paced = _hosted((50.0, 50.0), (0.0, 0.0))
@@ -425,16 +425,16 @@ def test_with_the_host_lane_held_too_a_plan_costs_the_larger_of_its_two_overhead
     base = simulate(fw, bw, kept, paced)
     assert simulate(fw, bw, recomputed, paced).step_ms == pytest.approx(base.step_ms + 0.05)
     own = simulate(fw, bw, kept, LANES).step_ms  # 0.4 ms
-    both = dataclasses.replace(paced, without_host=base.step_ms / own)
+    both = dataclasses.replace(paced, without_host_scale=base.step_ms / own)
     assert simulate(fw, bw, kept, both).step_ms == pytest.approx(base.step_ms)
     assert simulate(fw, bw, recomputed, both).step_ms == pytest.approx(0.7 * base.step_ms / own)
     # No host lane: nothing to hold it against.
-    assert simulate(fw, bw, recomputed, dataclasses.replace(LANES, without_host=5.0)).step_ms == pytest.approx(0.7)
+    assert simulate(fw, bw, recomputed, dataclasses.replace(LANES, without_host_scale=5.0)).step_ms == pytest.approx(0.7)
     # One call of a chain (per_block): the same rule, each timeline simulated as a chain.
     chain = dataclasses.replace(both, chained=True)
-    full = simulate(fw, bw, recomputed, dataclasses.replace(chain, without_host=0.0)).step_ms
+    full = simulate(fw, bw, recomputed, dataclasses.replace(chain, without_host_scale=0.0)).step_ms
     alone = simulate(fw, bw, recomputed, dataclasses.replace(LANES, chained=True)).step_ms
-    assert simulate(fw, bw, recomputed, chain).step_ms == pytest.approx(max(full, alone * both.without_host))
+    assert simulate(fw, bw, recomputed, chain).step_ms == pytest.approx(max(full, alone * both.without_host_scale))
 
     # "auto" takes R's recomputation on the paced timeline alone (2.5% of its step), not
     # on both: once the host runs faster, the GPU's 0.3 ms shows.

@@ -43,7 +43,7 @@ class Lanes:
     op_host_us: tuple[float, float] = (0.0, 0.0)
     """The host's time for one transfer op in the forward (``d2h``, ``release``) and in
     the backward (``h2d``, ``wait``), microseconds, measured."""
-    without_host: float = 0.0
+    without_host_scale: float = 0.0
     """With a host lane (``host_us`` or ``op_host_us``) and this non-zero, a plan's
     ``step_ms`` is the larger of its step with the host and its step without it (the
     GPU's own time) times this: the step with nothing moved with the host over the

@@ -40,9 +40,10 @@ whether the new plan, measured in turn, did worse than the one it replaced.
 :func:`overhead` is a measured step's cost over the step with nothing moved, as a model
 corrected from a measurement predicts that one, and :func:`held_overhead` whether a
 re-plan gives way to the plan it replaced on it: how ``"auto"``'s ``max_overhead`` is
-held as measured. Both that and :func:`worse` compare each phase at least at the host's
-time to issue it (:func:`at_least_host`), the re-plan's at the host's pace of the plan it
-replaced (:func:`at_host_pace`).
+held as measured. Both that and :func:`worse` compare the two plans' measurements as
+:func:`as_compared` gives them: each phase at least at the host's time to issue it
+(:func:`at_least_host`), the re-plan's at the host's pace of the plan it replaced
+(:func:`at_host_pace`).
 """
 
 from __future__ import annotations
@@ -244,6 +245,14 @@ def at_host_pace(new: Any, new_kernels: tuple[int, int], old: Any, old_kernels: 
         if rate > old_rate:
             phases[name] = max(aheads[p] + stalls[p], ms - (rate - old_rate) * new_kernels[p])
     return dataclasses.replace(new, **phases) if phases else new
+
+
+def as_compared(new: Any, new_kernels: tuple[int, int], old: Any, old_kernels: tuple[int, int]) -> tuple[Any, Any]:
+    """A re-plan's measurement ``new`` and that of the plan it replaced, ``old``, as
+    :func:`worse` and :func:`held_overhead` compare them: each phase at least its host's
+    time (:func:`at_least_host`), the new one at ``old``'s host pace (:func:`at_host_pace`).
+    Each is the measurement itself where nothing changes it."""
+    return at_host_pace(at_least_host(new), new_kernels, old, old_kernels), at_least_host(old)
 
 
 def repredicted(predicted: Any, resimulate: Callable[..., Any], planned_with: Corrections,

@@ -164,7 +164,7 @@ def _plan_cost_model(joint_gm, start: Partition, num_fwd_outputs: int, config: O
         _gather_facts, num_fwd_outputs=num_fwd_outputs, joint_gm=joint_gm, cost=cost,
         min_bytes=config.min_offload_bytes))
     available = corrections.available_bytes
-    decide_lanes = _without_host(facts, lanes, baseline) if budget.auto and available is None else lanes
+    decide_lanes = _auto_lanes(facts, lanes, baseline) if budget.auto and available is None else lanes
     realise = functools.partial(_realise, joint_gm, num_fwd_outputs, config, start, decide_lanes,
                                 baseline, cost, budget, reuse)
     t1 = time.perf_counter()
@@ -205,11 +205,11 @@ def _plan_cost_model(joint_gm, start: Partition, num_fwd_outputs: int, config: O
                         recomputed=bool(best.chains), recompute_chains=best.chains)
 
 
-def _without_host(facts: Facts, lanes: Lanes, baseline: SimResult) -> Lanes:
+def _auto_lanes(facts: Facts, lanes: Lanes, baseline: SimResult) -> Lanes:
     """The lanes ``"auto"`` decides on: where a measurement gave the host a lane, each
     plan's overhead over nothing moved is the larger of its overhead with the host and
-    without it (``Lanes.without_host``). The host's pace is one plan's measured calls,
-    and it varies as much as twofold between calls, machines and plans (on an H100,
+    without it (``Lanes.without_host_scale``). The host's pace is one plan's measured
+    calls, and it varies as much as twofold between calls, machines and plans (on an H100,
     ResNet-50's forward with nothing moved issued in 8.4 to 16.1 ms within one run,
     ``benchmarks/RESULTS.md``, session 33); where that pace makes the host the
     bottleneck, the GPU work a plan adds (recomputation, stalls) would look free, and it
@@ -221,7 +221,7 @@ def _without_host(facts: Facts, lanes: Lanes, baseline: SimResult) -> Lanes:
     own = final_simulation(facts, {}, dataclasses.replace(lanes, host_us=(0.0, 0.0), op_host_us=(0.0, 0.0)))
     if own.step_ms <= 0:
         return lanes
-    return dataclasses.replace(lanes, without_host=baseline.step_ms / own.step_ms)
+    return dataclasses.replace(lanes, without_host_scale=baseline.step_ms / own.step_ms)
 
 
 def _solve(facts: Facts, config: OffloadConfig, lanes: Lanes, budget_bytes: int | None,

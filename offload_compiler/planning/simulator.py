@@ -26,7 +26,7 @@ The model:
   the host has issued it: where the host is behind (many short kernels), each transfer
   op is step time; where it is far ahead, it costs nothing. Measured host times only:
   both are 0 until a measurement corrects them, and the host is then never behind.
-  With ``Lanes.without_host``, the step is also simulated without the host, and
+  With ``Lanes.without_host_scale``, the step is also simulated without the host, and
   ``step_ms`` is the larger of the two, that one scaled (see ``Lanes``).
 
 Memory counts only saved activations, and each only once forward is done with it
@@ -169,7 +169,8 @@ def simulate(fw_ms: list[float], bw_ms: list[float], tensors: list[SimTensor], l
     every time is summed in the order the model above reads."""
     chained = lanes.chained
     if chained and previous is None:
-        before = dataclasses.replace(lanes, without_host=0.0) if lanes.without_host else lanes  # step not read
+        # Its step is not read: the host-free timeline is left to this call.
+        before = dataclasses.replace(lanes, without_host_scale=0.0) if lanes.without_host_scale else lanes
         previous = simulate(fw_ms, bw_ms, tensors, before, bw_out_bytes=bw_out_bytes, slowed=slowed,
                             previous=FIRST_CALL)
     slow = 1.0 + lanes.compute_slowdown
@@ -388,11 +389,11 @@ def simulate(fw_ms: list[float], bw_ms: list[float], tensors: list[SimTensor], l
         behind = max(0.0, spill - previous.d2h_spill_ms) if previous is not FIRST_CALL else 0.0
         stall, t = stall + behind, t + behind
     step = t
-    if hosted and lanes.without_host:  # the GPU's own step, against nothing moved's
+    if hosted and lanes.without_host_scale:  # the GPU's own step, against nothing moved's
         own = simulate(fw_ms, bw_ms, tensors, dataclasses.replace(
-            lanes, host_us=(0.0, 0.0), op_host_us=(0.0, 0.0), without_host=0.0),
+            lanes, host_us=(0.0, 0.0), op_host_us=(0.0, 0.0), without_host_scale=0.0),
             bw_out_bytes=bw_out_bytes, slowed=slowed)
-        step = max(t, own.step_ms * lanes.without_host)
+        step = max(t, own.step_ms * lanes.without_host_scale)
     return SimResult(
         step_ms=step, fw_ms=fw_end, bw_ms=t - fw_end, stall_ms=stall, peak_bytes=peak,
         peak_time_ms=peak_t, end_of_forward_bytes=end_fw, call_peak_bytes=call_peak, release_after=release_after,
