@@ -212,6 +212,8 @@ class Settings:
     """Offload rows dump their graphs, plans and measurements under ``OUT/<model>/dump/``."""
     caches: str = "cold"
     """``compare``'s ``caches``: each row's first step with empty compile caches, or warm."""
+    offload_options: dict | None = None
+    """Extra ``OffloadConfig`` options of the ``offload:*`` rows (``--offload-options``)."""
 
 
 def run_row(model: ZooModel, strategy: str, settings: Settings):
@@ -219,11 +221,12 @@ def run_row(model: ZooModel, strategy: str, settings: Settings):
     from offload_compiler.compare import compare
 
     dump = settings.out / model.name / "dump" / strategy.replace(":", "_")
+    options = {**(settings.offload_options or {}), **({"dump_dir": str(dump)} if settings.dump else {})}
     (row,) = compare(preset=None, model=model.factory, device=settings.device, dtype=model.dtype,
                      steps=settings.steps, warmup=settings.warmup, strategies=[strategy],
                      blocks=model.blocks, out=settings.out / model.name, compile_mode=model.compile,
                      timeout_s=settings.timeout_s, caches=settings.caches,
-                     offload_options={"dump_dir": str(dump)} if settings.dump else None)
+                     offload_options=options or None)
     return row
 
 
@@ -431,6 +434,9 @@ def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, dict[str, li
                    help="offload rows dump graphs, plans and measurements (measured.json, "
                         "timeline.json) under OUT/<model>/dump/<strategy>/; writing them adds "
                         "to the first step's time")
+    p.add_argument("--offload-options", default=None, metavar="JSON",
+                   help='extra backend options of every offload row, a JSON object, e.g. '
+                        '\'{"max_host_bytes": 0}\' (not memory_budget nor devices: the strategy sets them)')
     # compare's CACHES, written out: --list imports no torch
     p.add_argument("--caches", default="cold", choices=("cold", "warm"),
                    help="cold: each row compiles with empty Inductor caches and an empty plan cache "
@@ -442,6 +448,12 @@ def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, dict[str, li
         p.error(f"--models is required (of: {', '.join(MODELS)}); --list describes them")
     if not args.out:
         p.error("--out is required")
+    if args.offload_options is not None:
+        from offload_compiler.compare.cli import _offload_options
+        try:
+            args.offload_options = _offload_options(args.offload_options)
+        except ValueError as e:
+            p.error(f"--offload-options: {e}")
     names = [m for m in args.models.split(",") if m]
     unknown = [m for m in names if m not in MODELS]
     if unknown or not names:
@@ -467,7 +479,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     settings = Settings(device=args.device, steps=args.steps, warmup=args.warmup,
                         timeout_s=args.timeout, out=Path(args.out), budget_s=args.budget_seconds,
-                        dump=args.dump, caches=args.caches)
+                        dump=args.dump, caches=args.caches, offload_options=args.offload_options)
     settings.out.mkdir(parents=True, exist_ok=True)
     results = run_zoo(plan, settings)
     for name, rows in results.items():

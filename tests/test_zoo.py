@@ -83,6 +83,9 @@ def test_tiny_gpt_runs_two_rows_writes_zoo_json_and_prints_the_table(tmp_path, c
      "offload-limit:MID is run after the rows it is computed from: list full_ac before it"),
     (["--models", "gpt", "--steps", "0"], "must be > 0"),
     (["--models", "gpt"], "--out is required"),
+    (["--models", "gpt", "--offload-options", "{bad"], "--offload-options: not JSON"),
+    (["--models", "gpt", "--offload-options", '{"memory_budget": 0.5}'], "may not set ['memory_budget']"),
+    (["--models", "gpt", "--offload-options", '{"copy_margin": 2}'], "copy_margin"),
 ])
 def test_bad_arguments_are_refused_naming_the_valid_ones(argv, message, capsys, tmp_path):
     if "--out" not in argv and message != "--out is required":
@@ -246,6 +249,22 @@ def test_run_row_passes_the_models_compile_mode(monkeypatch, tmp_path):
     assert args.caches == "warm"
     zoo.run_row(zoo.MODELS["llama"], "inductor", zoo.Settings(**{**vars(settings), "caches": "warm"}))
     assert seen["caches"] == "warm"
+    assert seen["offload_options"] is None
+
+
+def test_offload_options_reach_every_row_beside_the_dump(monkeypatch, tmp_path):
+    import offload_compiler.compare as compare_module
+
+    seen = {}
+    monkeypatch.setattr(compare_module, "compare",
+                        lambda **kw: seen.update(kw) or [Row(strategy=kw["strategies"][0])])
+    args, _ = zoo.parse_args(["--models", "vit", "--out", str(tmp_path),
+                              "--offload-options", '{"max_host_bytes": 0}'])
+    settings = zoo.Settings(device="cpu", steps=1, warmup=0, timeout_s=10, out=tmp_path, dump=True,
+                            offload_options=args.offload_options)
+    zoo.run_row(zoo.MODELS["vit"], "offload:auto", settings)
+    assert seen["offload_options"] == {"max_host_bytes": 0,
+                                       "dump_dir": str(tmp_path / "vit" / "dump" / "offload_auto")}
 
 
 def test_the_backends_own_timing_is_set_beside_the_row_only_for_one_graph_in_force():
