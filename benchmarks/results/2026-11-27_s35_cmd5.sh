@@ -9,10 +9,16 @@ source benchmarks/results/zoo_rows.sh
 zoo_rows llama llama full_ac,offload:0.125 200 200 --dump
 python - <<'PY' > "$OUT/llama_peaks.txt" 2>&1
 import glob, json, os
-for f in sorted(glob.glob(os.environ["OUT"] + "/zoo_llama/llama/dump/*/graph_*/measured*.json")):
+for f in sorted(glob.glob(os.environ["OUT"] + "/zoo_llama/llama/dump/**/measured.json", recursive=True)):
     d = json.load(open(f))
-    print(f.split("/dump/")[1], {k: d[k] for k in d if "peak" in k or k in ("call", "held_before_bytes")})
-    for h in d.get("holders", [])[:25]:
+    m, p = d["measured"], d["predicted"] or {}
+    print(f.split("/dump/")[1], "measured:", {k: m.get(k) for k in ("call", "held_before_bytes", "step_peak_bytes", "peak_phase")},
+          "predicted:", {k: p.get(k) for k in ("step_peak_bytes", "activation_peak_bytes", "peak_time_ms")})
+    print("  measured holders:")
+    for h in m.get("holders", [])[:20]:
+        print("   ", h)
+    print("  predicted holders:")
+    for h in (d.get("predicted_holders") or [])[:20]:
         print("   ", h)
 PY
 zoo_summary
