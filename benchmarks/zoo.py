@@ -337,12 +337,13 @@ def model_table(model: ZooModel, rows: list) -> str:
     def ratio(x, y):
         return "" if x is None or y is None or y == 0 else f"{x / y:.3f}"
 
-    body = [[_label(r), r.status, _f(r.step_ms, 1), ratio(r.step_ms, base and base.step_ms),
+    body = [[_label(r), r.status, _f(r.step_ms, 1), _f(r.extra.get("host_step_ms"), 1),
+             ratio(r.step_ms, base and base.step_ms),
              _f(r.activation_gib, 2), ratio(r.activation_gib, ref and ref.activation_gib),
              _f(r.peak_gib, 2), _f(r.extra.get("predicted_step_ms"), 1),
              _f(r.extra.get("predicted_step_peak_gib"), 2), r.extra.get("replanned", ""),
              _f(r.compile_s, 1), r.agrees, r.note[:60]] for r in rows]
-    headers = ["strategy", "status", "step ms", "x inductor step", "act GiB",
+    headers = ["strategy", "status", "step ms", "host ms", "x inductor step", "act GiB",
                f"x {reference} act", "peak GiB", "pred ms", "pred act GiB", "replans",
                "compile s", "agrees", "note"]
     lines = [f"== {model.name}: {model.about} ==", tabulate(body, headers=headers)]
@@ -353,6 +354,12 @@ def model_table(model: ZooModel, rows: list) -> str:
     for derived, note in NOTES.items():
         if any(r.strategy == derived or r.extra.get("zoo_strategy") == derived for r in rows):
             lines.append(note)
+    lines.append("host ms: the host's time to issue a synchronised step (median); near the step, "
+                 "the host sets the pace")
+    for r in rows:
+        if (r.extra.get("gc") or {}).get("collections"):
+            lines.append(f"{_label(r)}: {r.extra['gc']['collections']} garbage collections took "
+                         f"{r.extra['gc']['ms']:.1f} ms over the measured steps")
     for r in rows:
         for m in r.extra.get("measured_vs_predicted", []):
             lines.append(

@@ -19,6 +19,9 @@ and what existed when it began frozen (``gc.freeze``: no full collection walks i
 unless a caller had already frozen objects, which unfreezing would release. Reference
 counting still frees acyclic garbage at once; cyclic garbage waits for a later
 collection. On leaving, the thresholds are the caller's again and the freeze is gone.
+
+:func:`collections_timed` counts and times the collections inside a scope: the
+comparison harness reports them for each row's measured steps.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import threading
+import time
 from typing import Iterator
 
 #: Allocations between young-generation collections inside the scope (Python's default
@@ -63,3 +67,33 @@ def fewer_collections() -> Iterator[None]:
                 gc.set_threshold(*thresholds)
                 if froze:
                     gc.unfreeze()
+
+
+class Collections:
+    """Garbage collections counted by :func:`collections_timed`: how many ran, and their
+    milliseconds of wall time."""
+
+    __slots__ = ("count", "ms", "_start")
+
+    def __init__(self) -> None:
+        self.count, self.ms, self._start = 0, 0.0, None
+
+    def __call__(self, phase: str, info: dict) -> None:  # a ``gc.callbacks`` entry
+        if phase == "start":
+            self._start = time.perf_counter()
+        elif self._start is not None:
+            self.count += 1
+            self.ms += (time.perf_counter() - self._start) * 1e3
+            self._start = None
+
+
+@contextlib.contextmanager
+def collections_timed() -> Iterator[Collections]:
+    """Count and time every garbage collection that runs inside the scope (on any thread):
+    a measured training step slowed by one shows it."""
+    seen = Collections()
+    gc.callbacks.append(seen)
+    try:
+        yield seen
+    finally:
+        gc.callbacks.remove(seen)

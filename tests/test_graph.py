@@ -530,6 +530,20 @@ def test_collection_scopes_nest_and_restore_where_the_outermost_ends():
         gc.set_threshold(*thresholds)
 
 
+def test_collections_timed_counts_the_collections_inside_its_scope_only():
+    import gc
+
+    from offload_compiler.gc_scope import collections_timed
+
+    before = list(gc.callbacks)
+    with collections_timed() as seen:
+        gc.collect()
+        gc.collect(0)
+    assert seen.count == 2 and seen.ms > 0
+    gc.collect()  # after the scope: not counted, and the callback is gone
+    assert seen.count == 2 and gc.callbacks == before
+
+
 def _weight_grad_between(grad, act, w, wt):
     # A backward in miniature: ``dx`` feeds the op the reload must precede (``use``);
     # the weight gradient ``dw`` comes between them in graph order and feeds nothing

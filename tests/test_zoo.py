@@ -69,6 +69,10 @@ def test_tiny_gpt_runs_two_rows_writes_zoo_json_and_prints_the_table(tmp_path, c
     assert "zoo: tiny_gpt: inductor ...\n" in printed and "zoo: tiny_gpt: offload:auto ...\n" in printed
     table = printed[printed.index("== tiny_gpt"):]
     assert "x inductor step" in table and "compile s" in table and "agrees" in table
+    # Each row's host time to issue a synchronised step, and the collections over its steps.
+    assert "host ms" in table and all(0 < r["extra"]["host_step_ms"] <= r["extra"]["synced_step_ms"]
+                                      for r in rows)
+    assert all(r["extra"]["gc"]["collections"] >= 0 for r in rows)
     assert "offload:auto" in table and "act GiB: memory is measured on CUDA only" in table
 
 

@@ -4,8 +4,9 @@
 # runs benchmarks/zoo.py over 8 steps (1 warm-up, warm caches) into $OUT/zoo_NAME, its
 # output in $OUT/zoo_NAME.log, under a hard cap of BUDGET_SECONDS + ROW_TIMEOUT + 20 s.
 # zoo_summary writes the measurement and re-plan log lines ($OUT/replans.txt), each
-# row's back-to-back, synced and per-step times ($OUT/synced.txt), packs the rows'
-# folders into $OUT/zoo.tgz and prints a short summary last.
+# row's back-to-back, synced and per-step times, host issue time and collections
+# ($OUT/synced.txt), packs the rows' folders into $OUT/zoo.tgz and prints a short
+# summary last.
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name --format=csv,noheader > "$OUT/gpu.txt"
 python -c "import torch; print(torch.__version__)" >> "$OUT/gpu.txt"
@@ -30,7 +31,8 @@ import glob, json, os
 for f in sorted(glob.glob(os.environ["OUT"] + "/zoo_*/*/compare.json")):
     for r in json.load(open(f))["rows"]:
         e = r["extra"]
-        print(f.split("/")[-2], r["strategy"], r["step_ms"], e.get("synced_step_ms"), e.get("step_times_ms"))
+        print(f.split("/")[-2], r["strategy"], r["step_ms"], e.get("synced_step_ms"), e.get("step_times_ms"),
+              "host", e.get("host_step_ms"), "gc", e.get("gc"))
 PY
   tar czf "$OUT/zoo.tgz" -C "$OUT" "${dirs[@]}" && rm -rf "${dirs[@]/#/$OUT/}"
   cut -c1-300 "$OUT/replans.txt"

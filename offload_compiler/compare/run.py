@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..config import budget_from_text, check_budget
+from ..gc_scope import collections_timed
 from ..reporting.records import Predictions
 
 STRATEGY_HELP = ("eager, inductor, inductor-cudagraphs, full_ac, sac, budget:B, torch_offload, "
@@ -235,7 +236,7 @@ def run_strategy(spec: dict[str, Any]) -> Row:
     # warm up and record (Inductor's trees record on the second call), so under CUDA
     # graphs every step after the first is measured.
     cudagraphs = spec["strategy"].partition(":")[0] in CUDAGRAPH_STRATEGIES
-    times, act, peaks, held = [], [], [], []
+    times, issued, act, peaks, held = [], [], [], [], []
 
     def measured(timed: bool) -> None:
         sync()
@@ -244,9 +245,11 @@ def run_strategy(spec: dict[str, Any]) -> Row:
             before = torch.cuda.memory_allocated(device)
         t0 = time.perf_counter()
         step(record=True)
+        host = time.perf_counter()  # the host has issued the step (the device may still run it)
         sync()
         if timed:
             times.append((time.perf_counter() - t0) * 1e3)
+            issued.append((host - t0) * 1e3)
         if device.type == "cuda":
             peaks.append(torch.cuda.max_memory_allocated(device))
             act.append(peaks[-1] - before)
@@ -285,9 +288,10 @@ def run_strategy(spec: dict[str, Any]) -> Row:
         sync()
         row.extra["warmup_s"] = time.perf_counter() - t0
         row.extra["settle_steps"] = settling
-        for _ in range(spec["steps"]):
-            measured(timed=True)
-        row.step_ms = back_to_back(step, lambda: model.zero_grad(set_to_none=True), sync, spec["steps"])
+        with collections_timed() as collected:
+            for _ in range(spec["steps"]):
+                measured(timed=True)
+            row.step_ms = back_to_back(step, lambda: model.zero_grad(set_to_none=True), sync, spec["steps"])
     if cudagraphs:
         row.note = "memory measured on the steps that warm up and record the CUDA graphs"
     # Each synchronised step: its host time before the first kernel and any phase the host
@@ -295,6 +299,10 @@ def run_strategy(spec: dict[str, Any]) -> Row:
     # still runs this one.
     row.extra["synced_step_ms"] = statistics.median(times)
     row.extra["step_times_ms"] = [round(t, 3) for t in times]  # each synchronised step: the spread
+    # The host's time to issue a synchronised step: near the back-to-back step, the host
+    # sets the pace. Collections over the measured steps, synchronised and back to back.
+    row.extra["host_step_ms"] = statistics.median(issued)
+    row.extra["gc"] = {"collections": collected.count, "ms": round(collected.ms, 3)}
     row.tokens_per_s = tokens / (row.step_ms / 1e3)
     if peaks:
         row.peak_gib = max(peaks) / 2**30
