@@ -5,5 +5,5 @@
 #   OUT=dir bash benchmarks/results/2026-11-27_s35_cmd6.sh
 set -u
 source benchmarks/results/zoo_rows.sh
-zoo_rows resnet50 resnet50 inductor,offload:auto 130 100
+zoo_rows resnet50 resnet50 inductor,offload:auto 120 90
 zoo_summary
