@@ -25,7 +25,10 @@ Inductor, activation GiB and its ratio to SAC's (Inductor's where SAC does not a
 compile seconds (the first step, with cold caches unless ``--caches warm``: see
 ``compare``) and whether loss and gradient norm agree with the first row.
 ``--budget-seconds`` stops starting rows once that much time has passed (a lent GPU
-gives 10 minutes per command) and lists the rows not run.
+gives 10 minutes per command) and lists the rows not run. ``--offload-options`` passes
+backend options to every offload row (``'{"max_host_bytes": 0}'``: recomputation only).
+The ``host ms`` column is the host's time to issue a synchronised step: near the step,
+the host sets the pace.
 
 ``--list`` imports no torch: it runs where transformers, timm and torchvision are not
 installed, as does ``tiny_gpt``. The other factories import them when called.
