@@ -1,0 +1,189 @@
+"""Strategies compared in one process, their steps interleaved: a paired step ratio.
+
+    PYTHONPATH=$PWD python benchmarks/interleaved.py --model benchmarks/zoo_models.py:resnet50 \
+        --dtype float32 --strategies inductor,offload:auto --rounds 6 --steps 8
+    python benchmarks/interleaved.py --model benchmarks/zoo_models.py:tiny_gpt --device cpu \
+        --strategies inductor,offload:none,offload:0.5 --rounds 2 --steps 1
+
+``compare`` and ``zoo.py`` run each strategy in a process of its own. On the lent GPU
+machines the host's speed differs between processes and drifts within one (its time to
+issue the same step moved by up to 2x: ``RESULTS.md``, sessions 31 to 35), and a
+difference of a few percent between two rows can be the host's. Here every strategy is
+compiled in one process on one model (the weights shared; Dynamo keeps one compiled
+entry per backend), run until settled (the backend's measurements and any re-plan over),
+then timed in rounds: each round runs ``--steps`` steps back to back of each strategy in
+turn, the order rotated every round, then one synchronised step of each, whose host
+time to issue it is recorded. A strategy's ratio is the median, over rounds, of its
+back-to-back step over the first strategy's in the same round (paired: a slow spell of
+the host falls on both), with its range. Strategies: ``inductor``, ``offload:auto``,
+``offload:B`` (a fraction in (0, 1] or bytes with a unit) and ``offload:none`` (the
+backend with nothing moved). Memory is not measured here: ``compare`` measures it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+#: Steps at most, after the warm-up, for the backend to settle (its measurements, a re-plan).
+MAX_SETTLE_STEPS = 80
+
+
+def backend_options(strategy: str, extra: dict[str, Any]) -> dict[str, Any] | None:
+    """The backend's options for ``strategy`` (``None``: Inductor); a bad name raises,
+    naming the valid ones."""
+    from offload_compiler.config import OffloadConfig, budget_from_text
+
+    if strategy == "inductor":
+        return None
+    base, _, arg = strategy.partition(":")
+    valid = ("valid strategies: inductor, offload:auto, offload:none, offload:B (B a fraction in "
+             "(0, 1] or bytes with a unit)")
+    if base != "offload" or not arg:
+        raise ValueError(f"unknown strategy {strategy!r}; {valid}")
+    try:
+        chosen = {"policy": "none"} if arg == "none" else {"memory_budget": budget_from_text(arg)}
+    except ValueError as e:
+        raise ValueError(f"unknown strategy {strategy!r} ({e}); {valid}") from None
+    options = {**extra, **chosen}
+    OffloadConfig.from_options(options)  # a bad option fails here, before anything compiles
+    return options
+
+
+def interleave(model, args: tuple, kwargs: dict, strategies: list[str], *, rounds: int, steps: int,
+               warmup: int, device: str, extra: dict[str, Any] | None = None,
+               say: Callable[[str], None] = print) -> dict[str, Any]:
+    """Compile ``model`` under each strategy, settle each, time them in ``rounds`` rounds
+    (module docstring); returns per strategy its rounds' back-to-back steps, host times and
+    paired ratios to the first strategy."""
+    import torch
+
+    import offload_compiler
+
+    def sync() -> None:
+        if device.startswith("cuda"):
+            torch.cuda.synchronize()
+
+    def stepper(fn):
+        def step() -> None:
+            out = fn(*args, **kwargs)
+            (out if out.dim() == 0 else out.float().mean()).backward()
+            model.zero_grad(set_to_none=True)
+        return step
+
+    compiled = {}
+    for s in strategies:
+        options = backend_options(s, extra or {})
+        backend = None if options is None else offload_compiler.make_backend(**options)
+        step = stepper(torch.compile(model) if backend is None else torch.compile(model, backend=backend))
+        say(f"interleaved: {s}: compiling and settling...")
+        t0 = time.perf_counter()
+        for _ in range(warmup):
+            step()
+        settle = 0
+        while backend is not None and not backend.settled and settle < MAX_SETTLE_STEPS:
+            step()
+            settle += 1
+        sync()
+        say(f"interleaved: {s}: ready in {time.perf_counter() - t0:.1f} s ({settle} settling steps)")
+        compiled[s] = step
+    got: dict[str, dict[str, list[float]]] = {s: {"step_ms": [], "host_ms": []} for s in strategies}
+    for r in range(rounds):
+        order = strategies[r % len(strategies):] + strategies[:r % len(strategies)]
+        for s in order:
+            step = compiled[s]
+            sync()
+            t0 = time.perf_counter()
+            for _ in range(steps):
+                step()
+            sync()
+            got[s]["step_ms"].append((time.perf_counter() - t0) * 1e3 / steps)
+            t0 = time.perf_counter()
+            step()
+            got[s]["host_ms"].append((time.perf_counter() - t0) * 1e3)  # issued; the device may still run it
+            sync()
+        say(f"interleaved: round {r + 1}/{rounds}: " + ", ".join(
+            f"{s} {got[s]['step_ms'][-1]:.2f} ms" for s in strategies))
+    first = got[strategies[0]]["step_ms"]
+    for s in strategies:
+        got[s]["ratio"] = [a / b for a, b in zip(got[s]["step_ms"], first)]
+    return got
+
+
+def table(got: dict[str, Any]) -> str:
+    from tabulate import tabulate
+
+    first = next(iter(got))
+    body = [[s, f"{statistics.median(g['step_ms']):.2f}", f"{min(g['step_ms']):.2f} to {max(g['step_ms']):.2f}",
+             f"{statistics.median(g['ratio']):.3f}", f"{min(g['ratio']):.3f} to {max(g['ratio']):.3f}",
+             f"{statistics.median(g['host_ms']):.2f}"] for s, g in got.items()]
+    headers = ["strategy", "step ms", "range", f"x {first} (paired)", "range", "host ms"]
+    return (tabulate(body, headers=headers, disable_numparse=True) + f"\nstep ms: back to back, the median over rounds; x {first}: "
+            "each round's step over the first strategy's in that round; host ms: the host's time "
+            "to issue a synchronised step")
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python benchmarks/interleaved.py", description=__doc__.split("\n\n")[0])
+    p.add_argument("--model", required=True, help="module:function or file.py:function returning (model, inputs)")
+    p.add_argument("--strategies", default="inductor,offload:auto",
+                   help="comma-separated: inductor, offload:auto, offload:none, offload:B; the first is the reference")
+    p.add_argument("--device", default="cuda")
+    p.add_argument("--dtype", default="bfloat16", help="the weights' dtype (float32 for models under autocast)")
+    p.add_argument("--rounds", type=int, default=6)
+    p.add_argument("--steps", type=int, default=8, help="back-to-back steps per strategy per round")
+    p.add_argument("--warmup", type=int, default=3, help="steps before settling")
+    p.add_argument("--offload-options", default="{}", metavar="JSON", help="extra backend options, a JSON object")
+    p.add_argument("--json", default=None, help="write every round's figures to this file")
+    a = p.parse_args(argv)
+    strategies = [s for s in a.strategies.split(",") if s]
+    try:
+        extra = json.loads(a.offload_options)
+        if not isinstance(extra, dict):
+            raise ValueError(f"--offload-options: give a JSON object, not {a.offload_options!r}")
+        for s in strategies:
+            backend_options(s, extra)
+        if len(set(strategies)) != len(strategies) or not strategies:
+            raise ValueError(f"--strategies: give each strategy once, at least one; got {a.strategies!r}")
+        if a.rounds < 1 or a.steps < 1 or a.warmup < 1:
+            raise ValueError("--rounds, --steps and --warmup must be at least 1")
+    except ValueError as e:  # json.JSONDecodeError is one
+        p.error(str(e))
+
+    import torch
+
+    from offload_compiler.reporting.explain_cli import load_factory, split_inputs
+
+    try:
+        dtype = getattr(torch, a.dtype)
+        model, inputs = load_factory(a.model)()
+        args, kwargs = split_inputs(inputs)
+    except (ValueError, AttributeError) as e:
+        p.error(str(e))
+
+    def place(x):
+        if isinstance(x, torch.Tensor):
+            return x.to(a.device, dtype) if x.is_floating_point() else x.to(a.device)
+        return x
+
+    model = model.to(a.device, dtype)
+    args, kwargs = tuple(place(x) for x in args), {k: place(v) for k, v in kwargs.items()}
+    got = interleave(model, args, kwargs, strategies, rounds=a.rounds, steps=a.steps, warmup=a.warmup,
+                     device=a.device, extra=extra)
+    if a.json:
+        Path(a.json).write_text(json.dumps(got, indent=1))
+    print(table(got))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

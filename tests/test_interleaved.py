@@ -1,0 +1,58 @@
+"""``benchmarks/interleaved.py``: strategies compiled in one process, timed in rotated
+rounds, each round's step paired with the first strategy's (CPU)."""
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+import interleaved  # noqa: E402
+
+FACTORY = '''
+import torch
+from torch import nn
+
+def make():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(64, 256), nn.GELU(), nn.Linear(256, 256), nn.GELU(), nn.Linear(256, 1))
+    return model, (torch.randn(32, 64),)
+'''
+
+
+def test_rounds_are_paired_with_the_first_strategy_and_written(tmp_path, capsys):
+    factory = tmp_path / "tiny_mlp.py"
+    factory.write_text(FACTORY)
+    out = tmp_path / "rounds.json"
+    rc = interleaved.main(["--model", f"{factory}:make", "--device", "cpu", "--dtype", "float32",
+                           "--strategies", "inductor,offload:none,offload:0.5", "--rounds", "3",
+                           "--steps", "1", "--warmup", "1", "--json", str(out)])
+    printed = capsys.readouterr().out
+    assert rc == 0, printed
+    got = json.loads(out.read_text())
+    assert list(got) == ["inductor", "offload:none", "offload:0.5"]
+    for s, g in got.items():
+        assert len(g["step_ms"]) == len(g["host_ms"]) == len(g["ratio"]) == 3
+        assert all(ms > 0 for ms in g["step_ms"] + g["host_ms"])
+        assert g["ratio"] == pytest.approx([a / b for a, b in zip(g["step_ms"], got["inductor"]["step_ms"])])
+    assert got["inductor"]["ratio"] == [1.0, 1.0, 1.0]
+    # Each round rotates the order, and says its steps; the table names every strategy.
+    assert printed.count("interleaved: round ") == 3
+    table = printed[printed.index("strategy"):]
+    assert "x inductor (paired)" in table and "offload:none" in table and "offload:0.5" in table
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--strategies", "inductor,sac"], "unknown strategy 'sac'; valid strategies: inductor, offload:auto"),
+    (["--strategies", "offload:magic"], "unknown strategy 'offload:magic'"),
+    (["--strategies", "inductor,inductor"], "give each strategy once"),
+    (["--offload-options", '{"copy_margin": 2}'], "copy_margin"),
+    (["--offload-options", "[1]"], "give a JSON object"),
+    (["--rounds", "0"], "must be at least 1"),
+])
+def test_bad_arguments_stop_before_anything_compiles(argv, message, capsys):
+    with pytest.raises(SystemExit) as e:
+        interleaved.main(["--model", "nowhere:make", "--device", "cpu", *argv])
+    assert e.value.code == 2
+    assert message in capsys.readouterr().err
