@@ -619,11 +619,25 @@ def test_a_paced_phase_is_timed_again_with_the_host_ahead_and_its_kernels_give_i
     assert second.corrections["fw_scale"] == pytest.approx(1.3) and second.corrections["bw_scale"] == pytest.approx(1.3)
 
 
+def test_the_measurement_says_which_phase_the_host_issued_slower_than_its_kernels_ran(source):
+    """Kernels that run in 0.8x their estimate, issued at the estimate's pace: the log
+    says, per phase, by how much the host's issue time exceeded its kernels'."""
+    b = backend(**OPTIONS, memory_budget=0.5)
+    source(_host_paced(b.plans, op_ms=0.01, kernels=0.8))
+    _run(b, steps=KERNELS_READ_AT)
+    m = b.plans[0].measured
+    by = [host - ms for host, ms in zip((m.host_fw_ms, m.host_bw_ms), m.ahead_compute_ms)]
+    assert all(x > 0 for x in by)
+    assert (f"the host took longer to issue than the kernels ran: the forward {by[0]:.2f} ms and the "
+            f"backward {by[1]:.2f} ms") in b.plans[0].measured_text()
+
+
 def test_an_unpaced_measurement_asks_for_no_call_with_the_host_ahead(source):
     b = backend(**OPTIONS, memory_budget=0.5)
     fake = source(as_predicted(b.plans, time_scale=1.3))
     _run(b, steps=KERNELS_READ_AT)
     assert ("kernels" not in {what for _, what in fake.asked}) and b.plans[0].measured.ahead_compute_ms == (None, None)
+    assert "longer to issue" not in b.plans[0].measured_text()  # no kernels timed apart: nothing to say
 
 
 def test_a_paced_phases_kernels_timed_with_the_host_ahead_set_its_scale_at_any_fit():
