@@ -217,7 +217,7 @@ class GraphPlan:
         slower = [f"the {name} {host - ms:.2f} ms" for name, host, ms in zip(
             ("forward", "backward"), (m.host_fw_ms, m.host_bw_ms), getattr(m, "ahead_compute_ms", ()))
             if ms is not None and host is not None and host > ms]
-        if slower:  # in steady state such a phase takes the host's time, not its kernels'
+        if slower:  # without a head start, such a phase takes the host's time, not its kernels'
             parts.append("the host took longer to issue than the kernels ran: " + " and ".join(slower))
         if m.step_peak_bytes is not None:
             parts.append(f"step peak {nbytes_text(m.step_peak_bytes)} measured vs {nbytes_text(p.step_peak_bytes)} "
