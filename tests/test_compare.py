@@ -22,6 +22,9 @@ def test_compare_smoke_writes_table_json_and_plot(tmp_path):
     assert (tmp_path / "compare.png").read_bytes().startswith(b"\x89PNG")
     text = (tmp_path / "compare.txt").read_text()
     assert "no Pareto frontier" in text and "sac" in text
+    # Each row that ran: the host's time to issue a synchronised step, in the table too.
+    assert "host ms" in text and all(0 < r.extra["host_step_ms"] <= r.extra["synced_step_ms"]
+                                     for r in rows if r.status == "ok")
 
 
 def test_failures_are_rows_not_crashes():

@@ -235,13 +235,15 @@ def table(rows: list[Row]) -> str:
 
     front = pareto(rows)
     body = [[r.strategy + (" *" if r.strategy in front else ""), r.status, _f(r.step_ms, 1),
-             _f(r.peak_gib, 2), _f(r.activation_gib, 2), _f(r.tokens_per_s, 0), _f(r.compile_s, 1),
-             _f(r.loss, 4), _f(r.grad_norm, 4), r.agrees, r.note] for r in rows]
-    headers = ["strategy", "status", "step ms", "peak GiB", "act GiB", "tok/s", "compile s",
+             _f(r.extra.get("host_step_ms"), 1), _f(r.peak_gib, 2), _f(r.activation_gib, 2),
+             _f(r.tokens_per_s, 0), _f(r.compile_s, 1), _f(r.loss, 4), _f(r.grad_norm, 4), r.agrees, r.note]
+            for r in rows]
+    headers = ["strategy", "status", "step ms", "host ms", "peak GiB", "act GiB", "tok/s", "compile s",
                "loss", "grad norm", "agrees", "note"]
     note = ("* on the Pareto frontier (measured activation memory vs step time)" if front else
             "no activation memory measured (it is measured on CUDA only): no Pareto frontier")
-    return tabulate(body, headers=headers) + "\n" + note
+    host = "host ms: the host's time to issue a synchronised step; near the step, the host sets the pace"
+    return tabulate(body, headers=headers) + "\n" + note + "\n" + host
 
 
 def _f(x, digits):
