@@ -142,21 +142,25 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=6)
     p.add_argument("--steps", type=int, default=8, help="back-to-back steps per strategy per round")
     p.add_argument("--warmup", type=int, default=3, help="steps before settling")
-    p.add_argument("--offload-options", default="{}", metavar="JSON", help="extra backend options, a JSON object")
+    p.add_argument("--offload-options", default="{}", metavar="JSON",
+                   help="extra backend options, a JSON object (as compare's; not memory_budget nor devices)")
     p.add_argument("--json", default=None, help="write every round's figures to this file")
     a = p.parse_args(argv)
     strategies = [s for s in a.strategies.split(",") if s]
+    from offload_compiler.compare.cli import _offload_options
+
     try:
-        extra = json.loads(a.offload_options)
-        if not isinstance(extra, dict):
-            raise ValueError(f"--offload-options: give a JSON object, not {a.offload_options!r}")
+        try:
+            extra = _offload_options(a.offload_options)  # parsed and validated as compare's and zoo.py's
+        except ValueError as e:
+            raise ValueError(f"--offload-options: {e}") from None
         for s in strategies:
             backend_options(s, extra)
         if len(set(strategies)) != len(strategies) or not strategies:
             raise ValueError(f"--strategies: give each strategy once, at least one; got {a.strategies!r}")
         if a.rounds < 1 or a.steps < 1 or a.warmup < 1:
             raise ValueError("--rounds, --steps and --warmup must be at least 1")
-    except ValueError as e:  # json.JSONDecodeError is one
+    except ValueError as e:
         p.error(str(e))
 
     import torch

@@ -209,14 +209,15 @@ class GraphPlan:
             parts.append(f"host issued the forward in {m.host_fw_ms:.2f} ms and the backward in "
                          f"{m.host_bw_ms:.2f} ms ({sum(m.host_transfer_ms):.2f} ms in "
                          f"{sum(m.transfer_ops)} transfer ops)")
-        ahead = [f"{name} compute {ms:.2f} ms" for name, ms in zip(("forward", "backward"),
-                                                                   getattr(m, "ahead_compute_ms", ()))
-                 if ms is not None]
-        if ahead:  # the kernels call: timed with the GPU held until the host had issued each phase
-            parts.append("with the host ahead: " + ", ".join(ahead))
-        slower = [f"the {name} {host - ms:.2f} ms" for name, host, ms in zip(
+        # The kernels call: each phase timed with the GPU held until the host had issued it.
+        timed_ahead = [(name, host, ms) for name, host, ms in zip(
             ("forward", "backward"), (m.host_fw_ms, m.host_bw_ms), getattr(m, "ahead_compute_ms", ()))
-            if ms is not None and host is not None and host > ms]
+            if ms is not None]
+        if timed_ahead:
+            parts.append("with the host ahead: " + ", ".join(f"{name} compute {ms:.2f} ms"
+                                                             for name, _, ms in timed_ahead))
+        slower = [f"the {name} {host - ms:.2f} ms" for name, host, ms in timed_ahead
+                  if host is not None and host > ms]
         if slower:  # without a head start, such a phase takes the host's time, not its kernels'
             parts.append("the host took longer to issue than the kernels ran: " + " and ".join(slower))
         if m.step_peak_bytes is not None:
