@@ -18,12 +18,20 @@ back-to-back step over the first strategy's in the same round (paired: a slow sp
 the host falls on both), with its range. Strategies: ``inductor``, ``offload:auto``,
 ``offload:B`` (a fraction in (0, 1] or bytes with a unit) and ``offload:none`` (the
 backend with nothing moved). Memory is not measured here: ``compare`` measures it.
+
+``--host-profile N``: after the rounds, N synchronised steps of each strategy under
+``cProfile``, so where the host spends a step can be compared between strategies: the
+functions with the most time of their own (Python and the C calls they make; the wait
+for the device is in ``synchronize`` alone, since every step is synchronised).
 """
 
 from __future__ import annotations
 
 import argparse
+import cProfile
+import io
 import json
+import pstats
 import statistics
 import sys
 import time
@@ -61,10 +69,11 @@ def backend_options(strategy: str, extra: dict[str, Any]) -> dict[str, Any] | No
 
 def interleave(model, args: tuple, kwargs: dict, strategies: list[str], *, rounds: int, steps: int,
                warmup: int, device: str, extra: dict[str, Any] | None = None,
-               say: Callable[[str], None] = print) -> dict[str, Any]:
+               host_profile: int = 0, say: Callable[[str], None] = print) -> dict[str, Any]:
     """Compile ``model`` under each strategy, settle each, time them in ``rounds`` rounds
     (module docstring); returns per strategy its rounds' back-to-back steps, host times and
-    paired ratios to the first strategy."""
+    paired ratios to the first strategy, and with ``host_profile`` steps its profile
+    (``"profile"``: the top functions by own time, as text)."""
     import torch
 
     import offload_compiler
@@ -116,7 +125,26 @@ def interleave(model, args: tuple, kwargs: dict, strategies: list[str], *, round
     first = got[strategies[0]]["step_ms"]
     for s in strategies:
         got[s]["ratio"] = [a / b for a, b in zip(got[s]["step_ms"], first)]
+    for s in strategies if host_profile else ():
+        say(f"interleaved: {s}: {host_profile} steps under cProfile...")
+        got[s]["profile"] = profiled(compiled[s], host_profile, sync)
     return got
+
+
+def profiled(step: Callable[[], None], steps: int, sync: Callable[[], None], top: int = 30) -> str:
+    """``steps`` synchronised steps under ``cProfile``: the ``top`` functions by own time,
+    per step, as ``pstats`` prints them."""
+    profile = cProfile.Profile()
+    for _ in range(steps):
+        profile.enable()
+        step()
+        sync()
+        profile.disable()
+    text = io.StringIO()
+    stats = pstats.Stats(profile, stream=text)
+    print(f"{steps} synchronised steps; times are for all of them", file=text)
+    stats.sort_stats("tottime").print_stats(top)
+    return text.getvalue()
 
 
 def table(got: dict[str, Any]) -> str:
@@ -144,6 +172,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--warmup", type=int, default=3, help="steps before settling")
     p.add_argument("--offload-options", default="{}", metavar="JSON",
                    help="extra backend options, a JSON object (as compare's; not memory_budget nor devices)")
+    p.add_argument("--host-profile", type=int, default=0, metavar="N",
+                   help="after the rounds, profile N synchronised steps of each strategy (cProfile) "
+                        "and print each one's top functions by own time")
     p.add_argument("--json", default=None, help="write every round's figures to this file")
     a = p.parse_args(argv)
     strategies = [s for s in a.strategies.split(",") if s]
@@ -160,6 +191,8 @@ def main(argv: list[str] | None = None) -> int:
             raise ValueError(f"--strategies: give each strategy once, at least one; got {a.strategies!r}")
         if a.rounds < 1 or a.steps < 1 or a.warmup < 1:
             raise ValueError("--rounds, --steps and --warmup must be at least 1")
+        if a.host_profile < 0:
+            raise ValueError(f"--host-profile must be 0 (off) or more steps; got {a.host_profile}")
     except ValueError as e:
         p.error(str(e))
 
@@ -182,9 +215,12 @@ def main(argv: list[str] | None = None) -> int:
     model = model.to(a.device, dtype)
     args, kwargs = tuple(place(x) for x in args), {k: place(v) for k, v in kwargs.items()}
     got = interleave(model, args, kwargs, strategies, rounds=a.rounds, steps=a.steps, warmup=a.warmup,
-                     device=a.device, extra=extra)
+                     device=a.device, extra=extra, host_profile=a.host_profile)
     if a.json:
         Path(a.json).write_text(json.dumps(got, indent=1))
+    for s, g in got.items():
+        if "profile" in g:
+            print(f"--- {s}: the host's time by function ---\n{g['profile']}")
     print(table(got))
     return 0
 

@@ -43,6 +43,27 @@ def test_rounds_are_paired_with_the_first_strategy_and_written(tmp_path, capsys)
     assert "x inductor (paired)" in table and "offload:none" in table and "offload:0.5" in table
 
 
+
+def test_host_profile_lists_each_strategys_functions_by_own_time(tmp_path, capsys):
+    factory = tmp_path / "tiny_mlp.py"
+    factory.write_text(FACTORY)
+    out = tmp_path / "rounds.json"
+    rc = interleaved.main(["--model", f"{factory}:make", "--device", "cpu", "--dtype", "float32",
+                           "--strategies", "inductor,offload:none", "--rounds", "1", "--steps", "1",
+                           "--warmup", "1", "--host-profile", "2", "--json", str(out)])
+    printed = capsys.readouterr().out
+    assert rc == 0, printed
+    got = json.loads(out.read_text())
+    for s in ("inductor", "offload:none"):
+        profile = got[s]["profile"]
+        assert profile.startswith("2 synchronised steps")
+        assert "Ordered by: internal time" in profile and "tottime" in profile
+        assert "backward" in profile  # the step's own calls are in it
+        assert f"--- {s}: the host's time by function ---" in printed
+    # The table is still printed last.
+    assert printed.rstrip().endswith("to issue a synchronised step")
+
+
 @pytest.mark.parametrize("argv, message", [
     (["--strategies", "inductor,sac"], "unknown strategy 'sac'; valid strategies: inductor, offload:auto"),
     (["--strategies", "offload:magic"], "unknown strategy 'offload:magic'"),
@@ -50,6 +71,7 @@ def test_rounds_are_paired_with_the_first_strategy_and_written(tmp_path, capsys)
     (["--offload-options", '{"copy_margin": 2}'], "copy_margin"),
     (["--offload-options", "[1]"], "give a JSON object"),
     (["--rounds", "0"], "must be at least 1"),
+    (["--host-profile", "-1"], "--host-profile must be 0 (off) or more steps; got -1"),
 ])
 def test_bad_arguments_stop_before_anything_compiles(argv, message, capsys):
     with pytest.raises(SystemExit) as e:
