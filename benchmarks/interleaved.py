@@ -196,9 +196,15 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as e:
         p.error(str(e))
 
+    import logging
+
     import torch
 
     from offload_compiler.reporting.explain_cli import load_factory, split_inputs
+
+    # The backend's one line per graph plan, measurement and re-plan, as compare shows them.
+    logging.basicConfig(level=logging.WARNING, format="%(message)s", stream=sys.stderr)
+    logging.getLogger("offload_compiler").setLevel(logging.INFO)
 
     try:
         dtype = getattr(torch, a.dtype)
