@@ -1,9 +1,13 @@
 """What holds the memory at a training step's peak, against the planner's step peak.
 
     python benchmarks/memory_peak.py --preset h100 --strategies offload:0.2,inductor --out $OUT/m
+    PYTHONPATH=$PWD python benchmarks/memory_peak.py --model benchmarks.zoo_models:llama \
+        --blocks lm.model.layers --strategies full_ac,offload:0.125
 
 For each strategy (the names of ``python -m offload_compiler compare``), in this
-process, one after another: compile the example GPT, run ``--warmup`` steps, then one
+process, one after another: compile the example GPT (or ``--model``'s, with ``--blocks``
+for ``sac`` and ``full_ac``), run ``--warmup`` steps and, for the backend, the steps it
+takes to settle (its measurements and any re-plan), then one
 step with the CUDA caching allocator's history on
 (``torch.cuda.memory._record_memory_history``). From the history: the step's peak of
 allocated bytes above what was held before it (``act``, as ``compare`` measures it),
@@ -29,8 +33,11 @@ from tabulate import tabulate
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from offload_compiler import compare  # noqa: E402
+from offload_compiler.compare import run as compare  # noqa: E402  (setup_strategy, patched, DTYPES)
 from offload_compiler.compare import Row  # noqa: E402
+
+#: Steps at most, after the warm-up, for the backend to settle (its measurements, a re-plan).
+MAX_SETTLE_STEPS = 80
 
 
 def _frame(f: dict) -> str:
@@ -82,9 +89,14 @@ def measure(name: str, spec: dict, top: int) -> dict:
         (out if out.dim() == 0 else out.float().mean()).backward()
         model.zero_grad(set_to_none=True)
 
+    backend = getattr(compiled, "_offload_backend", None)
     with compare.patched(patches):
         for _ in range(spec["warmup"]):
             step()
+        settle = 0
+        while backend is not None and not backend.settled and settle < MAX_SETTLE_STEPS:
+            step()
+            settle += 1
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats(device)
         before = torch.cuda.memory_allocated(device)
@@ -106,7 +118,6 @@ def measure(name: str, spec: dict, top: int) -> dict:
               "peak_site": _site(trace[at].get("frames", [])) if at >= 0 else "",
               "live_at_peak": sorted(([s, b / 2**20] for s, b in sites.items()),
                                      key=lambda x: -x[1])[:top]}
-    backend = getattr(compiled, "_offload_backend", None)
     if backend is not None and backend.plans:
         pr = [p.predicted for p in backend.plans if p.predicted]
         result["predicted_step_peak_gib"] = sum(p.get("step_peak_bytes", 0) for p in pr) / 2**30
@@ -117,19 +128,29 @@ def measure(name: str, spec: dict, top: int) -> dict:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--preset", default="h100")
+    p.add_argument("--model", default=None, help="module:factory returning (model, inputs), in place of the preset")
+    p.add_argument("--blocks", default=None, help="dotted path of the repeated blocks (sac, full_ac)")
+    p.add_argument("--offload-options", default="{}", metavar="JSON",
+                   help="extra backend options, a JSON object (as compare's)")
     p.add_argument("--strategies", default="inductor,offload:auto")
     p.add_argument("--dtype", default="bfloat16", choices=compare.DTYPES)
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--top", type=int, default=15, help="allocation sites to list per strategy")
     p.add_argument("--out", default=None, help="folder for one JSON per strategy")
     args = p.parse_args(argv)
+    from offload_compiler.compare.cli import _offload_options
+
+    try:
+        extra = _offload_options(args.offload_options)
+    except ValueError as e:
+        p.error(f"--offload-options: {e}")
     if not torch.cuda.is_available():
         print("memory_peak.py needs CUDA", file=sys.stderr)
         return 2
     rows = []
     for name in args.strategies.split(","):
-        spec = dict(strategy=name, preset=args.preset, model=None, device="cuda", dtype=args.dtype,
-                    warmup=args.warmup, blocks=None, offload_options={})
+        spec = dict(strategy=name, preset=args.preset, model=args.model, device="cuda", dtype=args.dtype,
+                    warmup=args.warmup, blocks=args.blocks, offload_options=extra)
         r = measure(name, spec, args.top)
         torch._dynamo.reset()
         torch.cuda.empty_cache()
