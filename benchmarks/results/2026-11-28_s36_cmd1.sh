@@ -20,5 +20,5 @@ echo "vit rc $?" >> "$OUT/gpu.txt"
 grep -h -E 'measured graph|auto" measured|going back|keeping the faster|planning again|runs again' \
   "$OUT"/resnet50.log "$OUT"/vit.log | cut -c1-600 > "$OUT/replans.txt"
 cut -c1-300 "$OUT/replans.txt"
-tail -8 "$OUT/resnet50.log" "$OUT/vit.log"
+tail -n 8 "$OUT/resnet50.log" "$OUT/vit.log"
 cat "$OUT/gpu.txt"
