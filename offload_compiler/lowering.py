@@ -39,6 +39,14 @@ block every call (``benchmarks/RESULTS.md``, session 18). :func:`issue_early`, r
 fusion, moves each op that starts a copy (``d2h``, ``h2d``, ``prefetch_next`` and the
 token forms) back up to the next extern kernel after what it depends on, as the plan
 placed it; the ops that wait for a copy stay where Inductor put them.
+
+A graph with transfer ops is also compiled without Inductor's buffer pool
+(``allow_buffer_reuse``): Inductor keeps a dead buffer for a later one of its size
+wherever its own estimate of the graph's peak allows, and that estimate counts the
+offloaded tensors' host copies as device memory, so it holds dead buffers across the
+real peak of a plan that offloads (``planning/step_peak.py``; on HF Llama, six dead 176
+MiB buffers through a layer's attention backward). The CUDA caching allocator then
+takes each freed buffer back for the next one of its size.
 """
 
 from __future__ import annotations
@@ -97,13 +105,15 @@ def compile_inner(gm, example_inputs, **kwargs: Any):
     """Inductor's ``compile_fx_inner`` for one graph of the backend's (forward or
     backward, compiled inside ``compile_fx``): a graph with transfer ops is compiled
     without Inductor's peak-memory reordering, so its copies are issued where the plan
-    put them (see the module docstring); any other graph as Inductor would."""
+    put them, and without its buffer pool (see the module docstring); any other graph
+    as Inductor would."""
     from torch._inductor import config
     from torch._inductor.compile_fx import compile_fx_inner
 
     patches: dict[str, Any] = {}
     if any(is_transfer(n) for n in gm.graph.nodes):
         patches["reorder_for_peak_memory"] = False
+        patches["allow_buffer_reuse"] = False
         if hasattr(config, "_post_fusion_custom_pass"):
             patches["_post_fusion_custom_pass"] = _issue_early_pass(config._post_fusion_custom_pass)
     # The backward compiles at its first call, outside the backend's compile scope.

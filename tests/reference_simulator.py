@@ -216,13 +216,8 @@ def simulate_reference(fw_ms: list[float], bw_ms: list[float], tensors: list[Sim
             curve.append((time_ms, held))
     step_peak, step_peak_t, holders = (0, 0.0, [])
     if transients is not None:
-        # Inductor's own estimate, which guards its buffer reuse, counts graph inputs
-        # and outputs on any device: each offloaded tensor's host copy from its copy
-        # to the end of forward, and from the start of backward to its reload.
-        host = [0] * len(op_span)
-        for x in offloaded:
-            for op in (*range(x.produced, n_fw), *range(n_fw, n_fw + reload_before[x.name] + 1)):
-                host[op] += x.nbytes
+        # A plan that offloads is compiled without Inductor's buffer pool.
+        host = None if offloaded else [0] * len(op_span)
         step_peak, step_peak_t = step_peak_of(mem_deltas, transients, op_span, n_fw, host,
                                               holders if record else None)
     call_peak = peak

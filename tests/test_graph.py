@@ -376,6 +376,52 @@ def test_a_copy_is_issued_at_its_point_when_a_fusion_spans_it(compile_inner):
         assert h2d > mms[1], calls
 
 
+def _dead_buffers_amid_a_copy(host, a, w):
+    # ``p`` dies at the second matmul; ``q``, of its size and dtype, is made after it:
+    # Inductor's pool would hand ``p``'s dead buffer to ``q``.
+    anchor = torch.mm(a, w)
+    x = torch.ops.offload.h2d(host, anchor, "cpu", None)
+    p = (anchor * 2).sin()
+    m = torch.mm(p, w)
+    q = (m * 3).cos()
+    r = torch.mm(q, w)
+    torch.ops.offload.wait(x)
+    return (x * r.sum(),)
+
+
+@pytest.mark.parametrize("compile_inner", ["backend", "inductor"])
+def test_a_graph_with_transfers_is_compiled_without_inductors_buffer_pool(compile_inner):
+    """Inductor's pool keeps a dead buffer for a later one of its size where its own
+    estimate of the peak allows; that estimate counts offloaded tensors' host copies as
+    device memory, and on HF Llama the pool held six dead 176 MiB buffers across the
+    real peak of a plan that offloads (``planning/step_peak.py``, session 36). The
+    backend compiles a graph with transfer ops without the pool: every dead buffer is
+    freed and the next one allocated. ``inductor``: Inductor's own inner compile reuses
+    the dead buffer in the same graph (the test's premise)."""
+    from torch._inductor.compile_fx import compile_fx_inner
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from offload_compiler import lowering
+
+    args = [torch.randn(512, 512), torch.randn(512, 512), torch.randn(512, 512)]
+    gm = make_fx(_dead_buffers_amid_a_copy)(*args)
+    inner = lowering.compile_inner if compile_inner == "backend" else compile_fx_inner
+    with torch._inductor.config.patch(allow_buffer_reuse=True):
+        out, (code,) = run_and_get_code(lambda: inner(gm, list(args))(list(args)))
+    # A buffer the pool hands on: a reuse whose new name is not the in-place output
+    # (the first argument) of the kernel right after it, as Inductor's in-place reuse is.
+    lines = [line.strip() for line in code.splitlines() if line.strip() and not line.strip().startswith("#")]
+    reused = [m.group(1) for i, line in enumerate(lines[:-1])
+              if (m := re.match(r"(\w+) = (\w+); del \2  # reuse$", line))
+              and not re.match(rf"\w+\({m.group(1)}[,)]", lines[i + 1])]
+    if compile_inner == "backend":
+        assert reused == [], code
+        assert torch._inductor.config.allow_buffer_reuse  # restored after the compile
+        torch.testing.assert_close(out[0], _dead_buffers_amid_a_copy(*args)[0], rtol=1e-4, atol=1e-3)
+    else:
+        assert reused, code
+
+
 def test_moving_copies_up_keeps_every_dependency_in_order():
     """:func:`lowering.issue_early` on scheduler nodes in miniature: each op that starts a
     copy goes up to the next extern kernel after the last node it depends on (past the

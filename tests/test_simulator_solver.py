@@ -336,6 +336,20 @@ def test_a_kernels_workspace_is_outside_inductors_estimate_so_it_does_not_stop_a
     assert held_for_reuse(spans + [Transient(4 * MB, 1, 1)], [0] * 5, n_fw=5) == [0, 3, 4, 1]
 
 
+def test_without_inductors_pool_every_buffer_is_freed_where_it_dies():
+    # A plan that offloads compiles without Inductor's pool (``host=None``). Three ops of
+    # 1 ms; P (4 MB) dies after op 0, Q (its key) is made at op 2, and op 1 holds 5 MB of
+    # activations. With the pool P is held through op 1 (9 MB: under the 10 MB that the
+    # estimate's host bytes put at op 0); without it, op 1 holds only its own 5 MB.
+    spans = [_pool(4 * MB, 0, 0), _pool(4 * MB, 2, 2)]
+    acts = [(1.0, 0, 5 * MB), (2.0, 1, -5 * MB)]
+    ops = [(0.0, 1.0), (1.0, 2.0), (2.0, 3.0)]
+    assert step_peak_of(acts, spans, ops, 3, [6 * MB, 0, 0]) == (9 * MB, 1.0)
+    holders = []
+    assert step_peak_of(acts, spans, ops, 3, None, holders) == (5 * MB, 1.0)
+    assert holders == [5 * MB]
+
+
 def test_the_step_peaks_holders_name_what_is_live_there_and_sum_to_it():
     # Two ops of 1 ms. Activations: 2 MB from the start. Transients: A (3 MB, op 0),
     # B (5 MB, ops 0-1), a 1 MB workspace in op 1; C (4 MB) in op 1 takes A's buffer.
@@ -351,7 +365,7 @@ def test_the_step_peaks_holders_name_what_is_live_there_and_sum_to_it():
     assert step_peak_of([(0.0, 0, 2 * MB)], spans, [(0.0, 1.0), (1.0, 2.0)], 2, [0, 0]) == (peak, _)
 
 
-def test_inductors_estimate_counts_host_copies_so_an_offload_plan_holds_more():
+def test_an_offload_plan_frees_what_inductors_pool_would_hold_for_its_estimate():
     # One forward op, five backward ops (global 1..5). A (6 MB) is read by bw op 0
     # (global 1). In backward, P (4 MB) dies at op 2, G (3 MB) lives at op 3, and Q
     # (4 MB, P's key) is allocated at op 4.
@@ -360,12 +374,13 @@ def test_inductors_estimate_counts_host_copies_so_an_offload_plan_holds_more():
     # would make 7 MB there: P is freed, and the step peak is 6 MB.
     kept = simulate([1], [1] * 5, [T("A", 6 * MB, 0, 0, 0, 0)], LANES, transients=trans)
     assert kept.step_peak_bytes == 6 * MB
-    # A offloaded (copies take no time): the same 6 MB on the GPU at op 1, but its host
-    # copy, an input of backward, adds 6 MB to Inductor's estimate there (12 MB): P is
-    # held to op 3, where it meets G: 7 MB.
+    # A offloaded (copies take no time): Inductor's estimate would count A's host copy,
+    # an input of backward, as 6 MB more at op 1 and hold P to op 3 (7 MB with G). A
+    # plan that offloads is compiled without the pool (``lowering.compile_inner``): P
+    # is freed where it dies, and the step peak is A's 6 MB again.
     off = simulate([1], [1] * 5, [T("A", 6 * MB, 0, 0, 0, 0, OFFLOAD)], Lanes(1e6, 1e6),
                    transients=trans)
-    assert off.step_peak_bytes == 7 * MB
+    assert off.step_peak_bytes == 6 * MB
 
 
 def _hosted(host_us, op_host_us):

@@ -21,12 +21,20 @@ does so only where holding it does not raise its own estimate of the graph's pea
 (``AllocateLine.should_reuse_buffer``: the buffer's size plus the estimate's largest
 value between the two points at most the graph's estimated peak); otherwise the dead
 buffer is freed where it died. The step peak replays that pool over each graph
-(forward, backward) with the simulator's memory per op as the estimate, plus what
-Inductor's estimate counts that the GPU does not hold: it sizes graph inputs and
-outputs on any device, so the host copies of offloaded tensors count from their copy
-to the end of forward and from the start of backward to their reload, and backward's
-estimated peak is often at its start. (:class:`Transient` carries the key and whether
-a buffer enters or leaves the pool.)
+(forward, backward) with the simulator's memory per op as the estimate. (:class:`Transient`
+carries the key and whether a buffer enters or leaves the pool.)
+
+A plan that offloads compiles its graphs without that pool (``lowering.compile_inner``:
+Inductor's ``allow_buffer_reuse`` off), and its step peak frees every buffer where it
+dies. Inductor's estimate sizes graph inputs and outputs on any device, so it counts
+the host copies of offloaded tensors as device memory (from their copy to the end of
+forward, from the start of backward to their reload) and puts backward's peak at its
+start; against that estimate, holding a dead buffer later in backward looks free, and
+the pool held dead buffers across the real peak: on HF Llama (8 layers, batch 4 of
+4096) at an activation budget of 0.125, six 176 MiB MLP buffers through a layer's
+attention backward, a step peak of 2.87 GiB measured (2.93 predicted) against 2.41
+predicted without the pool (``benchmarks/RESULTS.md``, session 36). With the pool off
+the CUDA caching allocator takes each freed buffer back for the next one of its size.
 """
 
 from __future__ import annotations
@@ -79,15 +87,15 @@ _TIME, _DELTA = operator.itemgetter(0), operator.itemgetter(1)
 
 def levels_of(changes: list[tuple[float, int]], outs: list[int], bw_order: int, fw_end: float, *,
               in_order: bool, record: bool, op_span: list[tuple[float, float]] | None,
-              transients: list | None, offloaded: list[Any], reload_before: dict[str, int],
-              n_fw: int, holders: list | None = None) -> tuple[int, float, int, int, list, int, float]:
+              transients: list | None, offloaded: list[Any], n_fw: int,
+              holders: list | None = None) -> tuple[int, float, int, int, list, int, float]:
     """The simulator's memory figures from its memory ``changes`` (``(time_ms, bytes)``
     in the order made; ``outs``: which are backward outputs; from ``bw_order`` on,
     backward's): ``(peak, peak_time, end_of_forward, between, curve, step_peak,
     step_peak_time)``. ``between`` is what is held after forward's last change; the
-    step peak (with ``op_span`` and ``transients``) counts the host copies of
-    ``offloaded`` tensors as Inductor's estimate does (module docstring). ``holders``:
-    a list to fill with what is live at the step peak (:func:`step_peak_of`)."""
+    step peak (with ``op_span`` and ``transients``) replays Inductor's buffer pool where
+    nothing is ``offloaded`` (module docstring). ``holders``: a list to fill with what is
+    live at the step peak (:func:`step_peak_of`)."""
     times, deltas = list(map(_TIME, changes)), list(map(_DELTA, changes))
     order = None if in_order else sorted(range(len(changes)), key=times.__getitem__)  # stable
     if order is not None:
@@ -108,32 +116,33 @@ def levels_of(changes: list[tuple[float, int]], outs: list[int], bw_order: int, 
     curve = list(zip(times, levels)) if record else []
     step_peak, step_peak_t = (0, 0.0)
     if op_span is not None:
-        # Inductor's own estimate, which guards its buffer reuse, counts graph inputs
-        # and outputs on any device: each offloaded tensor's host copy from its copy
-        # to the end of forward, and from the start of backward to its reload.
-        host = [0] * len(op_span)
-        for x in offloaded:
-            for op in (*range(x.produced, n_fw), *range(n_fw, n_fw + reload_before[x.name] + 1)):
-                host[op] += x.nbytes
         skip = set(outs)
         activations = [(time_ms, j, delta) for j, (time_ms, delta) in enumerate(changes) if j not in skip]
-        step_peak, step_peak_t = step_peak_of(activations, transients, op_span, n_fw, host, holders)
+        # With an offloaded tensor the graphs are compiled without Inductor's pool.
+        step_peak, step_peak_t = step_peak_of(activations, transients, op_span, n_fw, None if offloaded else
+                                              [0] * len(op_span), holders)
     return peak, peak_t, end_fw, between, curve, step_peak, step_peak_t
 
 
-def step_peak_of(mem_deltas, transients, op_span, n_fw, host, holders: list | None = None) -> tuple[int, float]:
+def step_peak_of(mem_deltas, transients, op_span, n_fw, host: list[int] | None,
+                 holders: list | None = None) -> tuple[int, float]:
     """Peak and its time of the activation deltas (without the backward outputs while
     their op runs: ``transients`` hold those longer) plus ``transients``, each held
     until the buffer that reuses it is allocated (:func:`held_for_reuse`; ``host``:
-    host bytes per op that Inductor's estimate counts besides). ``holders`` (the final
-    plan's simulation only: it costs a second pass): filled with the activation bytes
-    held at the peak, then a :class:`Holder` per transient live there, largest first."""
+    bytes per op that Inductor's estimate counts besides; ``None``: the graphs are
+    compiled without Inductor's pool, and each is held to its last read). ``holders``
+    (the final plan's simulation only: it costs a second pass): filled with the
+    activation bytes held at the peak, then a :class:`Holder` per transient live there,
+    largest first."""
     last = len(op_span) - 1
     spans = [Transient(*t) for t in transients if t[0] > 0 and 0 <= t[1] <= last]
     spans = [t._replace(last=min(max(t.last, t.first), last)) for t in spans]
     deltas = sorted((time_ms, delta) for time_ms, _, delta in mem_deltas)
-    per_op = _held_per_op(deltas, op_span)
-    extended = held_for_reuse(spans, [a + b for a, b in zip(per_op, host)], n_fw)
+    if host is None:
+        extended = [t.last for t in spans]
+    else:
+        per_op = _held_per_op(deltas, op_span)
+        extended = held_for_reuse(spans, [a + b for a, b in zip(per_op, host)], n_fw)
     for t, until in zip(spans, extended):
         deltas.append((op_span[t.first][0], t.nbytes))
         deltas.append((op_span[until][1], -t.nbytes))
