@@ -42,10 +42,6 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-#: Steps at most, after the warm-up, for the backend to settle (its measurements, a re-plan).
-MAX_SETTLE_STEPS = 80
-
-
 def backend_options(strategy: str, extra: dict[str, Any]) -> dict[str, Any] | None:
     """The backend's options for ``strategy`` (``None``: Inductor); a bad name raises,
     naming the valid ones."""
@@ -98,10 +94,7 @@ def interleave(model, args: tuple, kwargs: dict, strategies: list[str], *, round
         t0 = time.perf_counter()
         for _ in range(warmup):
             step()
-        settle = 0
-        while backend is not None and not backend.settled and settle < MAX_SETTLE_STEPS:
-            step()
-            settle += 1
+        settle = 0 if backend is None else backend.settle(step)  # its measurements, any re-plan
         sync()
         say(f"interleaved: {s}: ready in {time.perf_counter() - t0:.1f} s ({settle} settling steps)")
         compiled[s] = step

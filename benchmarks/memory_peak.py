@@ -33,11 +33,7 @@ from tabulate import tabulate
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from offload_compiler.compare import run as compare  # noqa: E402  (setup_strategy, patched, DTYPES)
-from offload_compiler.compare import Row  # noqa: E402
-
-#: Steps at most, after the warm-up, for the backend to settle (its measurements, a re-plan).
-MAX_SETTLE_STEPS = 80
+from offload_compiler.compare.run import DTYPES, Row, patched, setup_strategy  # noqa: E402
 
 
 def _frame(f: dict) -> str:
@@ -80,7 +76,7 @@ def live_at_peak(trace: list[dict]) -> tuple[int, int, list[tuple[dict, dict | N
 def measure(name: str, spec: dict, top: int) -> dict:
     row = Row(strategy=name)
     device = torch.device(spec["device"])
-    model, compiled, batch, _, patches = compare.setup_strategy(spec, row)
+    model, compiled, batch, _, patches = setup_strategy(spec, row)
     if compiled is None:
         raise SystemExit(f"{name}: {row.note}")
 
@@ -90,13 +86,11 @@ def measure(name: str, spec: dict, top: int) -> dict:
         model.zero_grad(set_to_none=True)
 
     backend = getattr(compiled, "_offload_backend", None)
-    with compare.patched(patches):
+    with patched(patches):
         for _ in range(spec["warmup"]):
             step()
-        settle = 0
-        while backend is not None and not backend.settled and settle < MAX_SETTLE_STEPS:
-            step()
-            settle += 1
+        if backend is not None:
+            backend.settle(step)  # its measurements and any re-plan
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats(device)
         before = torch.cuda.memory_allocated(device)
@@ -133,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--offload-options", default="{}", metavar="JSON",
                    help="extra backend options, a JSON object (as compare's)")
     p.add_argument("--strategies", default="inductor,offload:auto")
-    p.add_argument("--dtype", default="bfloat16", choices=compare.DTYPES)
+    p.add_argument("--dtype", default="bfloat16", choices=DTYPES)
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--top", type=int, default=15, help="allocation sites to list per strategy")
     p.add_argument("--out", default=None, help="folder for one JSON per strategy")

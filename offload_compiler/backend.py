@@ -37,7 +37,7 @@ from .gc_scope import fewer_collections
 from .partitioner import OffloadPartitioner
 from .planning import cache, limits, sizes
 from .planning.replan import Corrections
-from .replanning import MeasuredGraph
+from .replanning import SETTLE_STEPS, MeasuredGraph
 from .reporting.records import GraphPlan
 from .runtime import measure
 from .runtime.pool import host_pool
@@ -107,6 +107,16 @@ class OffloadBackend:
         """Every compiled graph of this backend has been measured (and planned again where
         that was called for), or will not be: later steps run the final plans."""
         return all(g.done for g in self._measured)
+
+    def settle(self, step: Callable[[], Any]) -> int:
+        """Call ``step`` (one training step, after the warm-up) until :attr:`settled`, at
+        most ``SETTLE_STEPS`` times (the most measuring and re-planning take); returns how
+        many steps ran."""
+        steps = 0
+        while not self.settled and steps < SETTLE_STEPS:
+            step()
+            steps += 1
+        return steps
 
     @property
     def current_plans(self) -> list[GraphPlan]:

@@ -18,7 +18,7 @@ from offload_compiler.nbytes import nbytes_text
 from offload_compiler.models.gpt import GPT, make_batch, preset
 from offload_compiler.planning.replan import (TOLERANCE, Corrections, MemoryLimitError, corrected, disagreements,
                                               held_overhead)
-from offload_compiler.replanning import MAX_LIMIT_REPLANS
+from offload_compiler.replanning import MAX_LIMIT_REPLANS, SETTLE_STEPS
 from offload_compiler.runtime import host_pool, measure
 
 from helpers import BOTH_READ, KERNELS_AT, KERNELS_READ_AT, MEASURED, READ_AT, FakeSource, as_predicted, assert_bitwise, backend, train
@@ -48,6 +48,29 @@ def _model():
 def _run(b, steps):
     model, batch = _model()
     return train(model, batch, b, steps=steps)
+
+
+def test_settle_steps_until_the_measurements_and_the_re_plan_are_over(source):
+    """``backend.settle(step)`` (the harness's and the benchmarks' warm-up): steps until
+    every graph is measured and planned again where called for, never more than
+    ``SETTLE_STEPS``; none once settled."""
+    b = backend(**OPTIONS, memory_budget=0.5)
+    source(as_predicted(b.plans, time_scale=2.0))  # measured twice as slow: one re-plan
+    torch._dynamo.reset()
+    model, batch = _model()
+    compiled = torch.compile(model, backend=b)
+
+    def step():
+        compiled(*batch).backward()
+        model.zero_grad(set_to_none=True)
+
+    step()  # compiles the graph: before it, settled says nothing
+    ran = b.settle(step)
+    assert b.settled and len(b.plans) == 2 and 0 < ran <= SETTLE_STEPS
+    assert b.settle(step) == 0
+    waiting = backend(**OPTIONS, memory_budget=0.5)
+    torch.compile(_model()[0], backend=waiting)(*batch)  # a graph that is never measured
+    assert not waiting.settled and waiting.settle(lambda: None) == SETTLE_STEPS
 
 
 def test_a_measurement_within_tolerance_changes_nothing(source):

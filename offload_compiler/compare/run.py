@@ -206,8 +206,6 @@ def _compile(model, spec: dict[str, Any], wrap, **kwargs):
 def run_strategy(spec: dict[str, Any]) -> Row:
     import torch
 
-    from ..replanning import SETTLE_STEPS  # the most steps measuring and re-planning take
-
     if spec.get("distributed") and "rank" not in spec:
         from .distributed import run_distributed
 
@@ -280,11 +278,9 @@ def run_strategy(spec: dict[str, Any]) -> Row:
             else:
                 step()
                 model.zero_grad(set_to_none=True)
-        settling = 0  # steps until the backend's measurements (and any re-plan) are over
-        while backend is not None and not backend.settled and settling < SETTLE_STEPS:
-            step()
-            model.zero_grad(set_to_none=True)
-            settling += 1
+        # Steps until the backend's measurements (and any re-plan) are over.
+        settling = 0 if backend is None else backend.settle(
+            lambda: (step(), model.zero_grad(set_to_none=True)))
         sync()
         row.extra["warmup_s"] = time.perf_counter() - t0
         row.extra["settle_steps"] = settling

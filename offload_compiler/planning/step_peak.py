@@ -42,7 +42,7 @@ from __future__ import annotations
 import bisect
 import itertools
 import operator
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 
 class Transient(NamedTuple):
@@ -87,15 +87,15 @@ _TIME, _DELTA = operator.itemgetter(0), operator.itemgetter(1)
 
 def levels_of(changes: list[tuple[float, int]], outs: list[int], bw_order: int, fw_end: float, *,
               in_order: bool, record: bool, op_span: list[tuple[float, float]] | None,
-              transients: list | None, offloaded: list[Any], n_fw: int,
+              transients: list | None, pool: bool, n_fw: int,
               holders: list | None = None) -> tuple[int, float, int, int, list, int, float]:
     """The simulator's memory figures from its memory ``changes`` (``(time_ms, bytes)``
     in the order made; ``outs``: which are backward outputs; from ``bw_order`` on,
     backward's): ``(peak, peak_time, end_of_forward, between, curve, step_peak,
     step_peak_time)``. ``between`` is what is held after forward's last change; the
-    step peak (with ``op_span`` and ``transients``) replays Inductor's buffer pool where
-    nothing is ``offloaded`` (module docstring). ``holders``: a list to fill with what is
-    live at the step peak (:func:`step_peak_of`)."""
+    step peak (with ``op_span`` and ``transients``) replays Inductor's buffer pool with
+    ``pool`` (the graphs are compiled with it: nothing offloaded, module docstring).
+    ``holders``: a list to fill with what is live at the step peak (:func:`step_peak_of`)."""
     times, deltas = list(map(_TIME, changes)), list(map(_DELTA, changes))
     order = None if in_order else sorted(range(len(changes)), key=times.__getitem__)  # stable
     if order is not None:
@@ -118,9 +118,8 @@ def levels_of(changes: list[tuple[float, int]], outs: list[int], bw_order: int, 
     if op_span is not None:
         skip = set(outs)
         activations = [(time_ms, j, delta) for j, (time_ms, delta) in enumerate(changes) if j not in skip]
-        # With an offloaded tensor the graphs are compiled without Inductor's pool.
-        step_peak, step_peak_t = step_peak_of(activations, transients, op_span, n_fw, None if offloaded else
-                                              [0] * len(op_span), holders)
+        step_peak, step_peak_t = step_peak_of(activations, transients, op_span, n_fw,
+                                              [0] * len(op_span) if pool else None, holders)
     return peak, peak_t, end_fw, between, curve, step_peak, step_peak_t
 
 
