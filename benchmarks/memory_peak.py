@@ -113,10 +113,16 @@ def measure(name: str, spec: dict, top: int) -> dict:
               "live_at_peak": sorted(([s, b / 2**20] for s, b in sites.items()),
                                      key=lambda x: -x[1])[:top]}
     if backend is not None and backend.plans:
-        pr = [p.predicted for p in backend.plans if p.predicted]
-        result["predicted_step_peak_gib"] = sum(p.get("step_peak_bytes", 0) for p in pr) / 2**30
-        result["predicted_activation_gib"] = sum(p.get("activation_peak_bytes", 0) for p in pr) / 2**30
+        result.update(predicted(backend))
     return result
+
+
+def predicted(backend) -> dict[str, float]:
+    """The planner's step and activation peaks (GiB) summed over the plans the graphs run
+    now: a plan a re-plan replaced no longer runs."""
+    pr = [p.predicted for p in backend.current_plans if p.predicted]
+    return {"predicted_step_peak_gib": sum(p.get("step_peak_bytes", 0) for p in pr) / 2**30,
+            "predicted_activation_gib": sum(p.get("activation_peak_bytes", 0) for p in pr) / 2**30}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -3,6 +3,7 @@ run; its trace reading and its arguments are checked here, on the CPU)."""
 
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -25,6 +26,17 @@ def test_live_at_peak_names_what_was_live_and_where_each_is_freed():
     assert sorted(a["addr"] for a, _ in live) == [2, 3, 4]
     freed = {a["addr"]: f for a, f in live}
     assert freed[4] is trace[5] and freed[2] is None and freed[3] is None
+
+
+def test_predictions_are_those_of_the_plans_in_force_not_of_the_replaced_ones():
+    # Session 37: a re-planned graph's first and second plans were summed (4.67 GiB
+    # predicted for a 2.33 GiB plan).
+    first = SimpleNamespace(predicted={"step_peak_bytes": 3 * 2**30, "activation_peak_bytes": 2**30})
+    second = SimpleNamespace(predicted={"step_peak_bytes": 2 * 2**30, "activation_peak_bytes": 2**29})
+    other = SimpleNamespace(predicted={"step_peak_bytes": 2**30, "activation_peak_bytes": 2**29})
+    backend = SimpleNamespace(plans=[first, second, other], current_plans=[second, other])
+    assert memory_peak.predicted(backend) == {"predicted_step_peak_gib": 3.0,
+                                              "predicted_activation_gib": 1.0}
 
 
 @pytest.mark.parametrize("argv, message", [
