@@ -340,15 +340,18 @@ def model_table(model: ZooModel, rows: list) -> str:
     def ratio(x, y):
         return "" if x is None or y is None or y == 0 else f"{x / y:.3f}"
 
+    full = ok.get("full_ac")  # the rows at its memory are read against its step
     body = [[_label(r), r.status, _f(r.step_ms, 1), _f(r.extra.get("host_step_ms"), 1),
-             ratio(r.step_ms, base and base.step_ms),
-             _f(r.activation_gib, 2), ratio(r.activation_gib, ref and ref.activation_gib),
-             _f(r.peak_gib, 2), _f(r.extra.get("predicted_step_ms"), 1),
-             _f(r.extra.get("predicted_step_peak_gib"), 2), r.extra.get("replanned", ""),
-             _f(r.compile_s, 1), r.agrees, r.note[:60]] for r in rows]
-    headers = ["strategy", "status", "step ms", "host ms", "x inductor step", "act GiB",
-               f"x {reference} act", "peak GiB", "pred ms", "pred act GiB", "replans",
-               "compile s", "agrees", "note"]
+             ratio(r.step_ms, base and base.step_ms)]
+            + ([ratio(r.step_ms, full.step_ms)] if full else [])
+            + [_f(r.activation_gib, 2), ratio(r.activation_gib, ref and ref.activation_gib),
+               _f(r.peak_gib, 2), _f(r.extra.get("predicted_step_ms"), 1),
+               _f(r.extra.get("predicted_step_peak_gib"), 2), r.extra.get("replanned", ""),
+               _f(r.compile_s, 1), r.agrees, r.note[:60]] for r in rows]
+    headers = (["strategy", "status", "step ms", "host ms", "x inductor step"]
+               + (["x full_ac step"] if full else [])
+               + ["act GiB", f"x {reference} act", "peak GiB", "pred ms", "pred act GiB", "replans",
+                  "compile s", "agrees", "note"])
     lines = [f"== {model.name}: {model.about} ==", tabulate(body, headers=headers)]
     if model.no_sac:
         lines.append(f"sac: {model.no_sac}")

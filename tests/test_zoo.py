@@ -167,6 +167,10 @@ def test_full_runs_after_its_rows_and_the_time_budget_stops_new_rows(tmp_path):
     assert "x inductor act" in table and "no measured sac row" in table
     line = next(l for l in table.splitlines() if l.startswith("full_ac"))
     assert "0.364" in line.split()  # 3.46 / 9.51
+    # With a full_ac row, each row's step is also read against its step.
+    header = table.splitlines()[1].split("  ")
+    assert "x full_ac step" in [h.strip() for h in header]
+    assert "x full_ac step" not in zoo.model_table(zoo.MODELS["gpt"], gpt[:1])
 
 
 def test_a_model_whose_package_is_missing_is_not_run_and_says_which(tmp_path, monkeypatch):

@@ -101,11 +101,17 @@ def _recompute_chain(joint: dict[str, fx.Node], name: str, saved: set[str]) -> t
 
 def gather(fw_gm: fx.GraphModule, bw_gm: fx.GraphModule, num_fwd_outputs: int,
            candidates: list[Candidate], joint_gm: fx.GraphModule | None,
-           cost: NodeCosts, min_bytes: int = 0) -> Facts:
+           cost: NodeCosts, min_bytes: int = 0, *, pool: bool = True) -> Facts:
     """Facts about ``fw_gm``/``bw_gm`` for the simulator; ``cost`` gives node run times.
-    Tensors under ``min_bytes`` are not recomputed (``OffloadConfig.min_offload_bytes``)."""
+    Tensors under ``min_bytes`` are not recomputed (``OffloadConfig.min_offload_bytes``).
+    ``pool``: the graphs run as Inductor compiles them, with its buffer pool (the step
+    peak replays it); without it (``inner_compiler="eager"``: the FX graph frees each
+    value after its last use), no value waits in a pool."""
     with graphs_fixed():  # nothing here changes a graph
-        return _gather(fw_gm, bw_gm, num_fwd_outputs, candidates, joint_gm, cost, min_bytes)
+        facts = _gather(fw_gm, bw_gm, num_fwd_outputs, candidates, joint_gm, cost, min_bytes)
+    if not pool:
+        facts.transients = [t._replace(key="", pooled=False) for t in facts.transients]
+    return facts
 
 
 def _gather(fw_gm: fx.GraphModule, bw_gm: fx.GraphModule, num_fwd_outputs: int,

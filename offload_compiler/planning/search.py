@@ -103,7 +103,8 @@ def plan_graph(joint_gm: fx.GraphModule, start: Partition, num_fwd_outputs: int,
         plan = choose(start.candidates, config, graph_id)
         if not off_device:
             cost, lanes = _cost_model(start.candidates, config, corrections)
-            facts = gather(start.fw_gm, start.bw_gm, num_fwd_outputs, start.candidates, None, cost)
+            facts = gather(start.fw_gm, start.bw_gm, num_fwd_outputs, start.candidates, None, cost,
+                           pool=_pooled(config))
             _simulate(plan, facts, final_simulation(facts, {}, lanes), lanes, cost, corrections)
         planned = PlannedGraph(start.fw_gm, start.bw_gm, plan)
     planned.plan.off_device = off_device
@@ -152,7 +153,7 @@ def _plan_cost_model(joint_gm, start: Partition, num_fwd_outputs: int, config: O
     t0 = time.perf_counter()
     cost, lanes = _cost_model(start.candidates, config, corrections)
     facts = gather(start.fw_gm, start.bw_gm, num_fwd_outputs, start.candidates, joint_gm, cost,
-                   config.min_offload_bytes)
+                   config.min_offload_bytes, pool=_pooled(config))
     start = dataclasses.replace(start, facts=facts)
     baseline = final_simulation(facts, {}, lanes)
     budget = Budget.settle(config.memory_budget, baseline.peak_bytes)
@@ -162,7 +163,7 @@ def _plan_cost_model(joint_gm, start: Partition, num_fwd_outputs: int, config: O
              baseline.step_ms, budget.describe(), time.perf_counter() - t0)
     reuse = Reuse(joint_gm, start, num_fwd_outputs, analyze, functools.partial(
         _gather_facts, num_fwd_outputs=num_fwd_outputs, joint_gm=joint_gm, cost=cost,
-        min_bytes=config.min_offload_bytes))
+        min_bytes=config.min_offload_bytes, pool=_pooled(config)))
     available = corrections.available_bytes
     decide_lanes = _auto_lanes(facts, lanes, baseline) if budget.auto and available is None else lanes
     realise = functools.partial(_realise, joint_gm, num_fwd_outputs, config, start, decide_lanes,
@@ -238,8 +239,14 @@ def _solve(facts: Facts, config: OffloadConfig, lanes: Lanes, budget_bytes: int 
 
 def _gather_facts(fw_gm: fx.GraphModule, bw_gm: fx.GraphModule, candidates: list[Candidate], *,
                   num_fwd_outputs: int, joint_gm: fx.GraphModule, cost: NodeCosts,
-                  min_bytes: int) -> Facts:
-    return gather(fw_gm, bw_gm, num_fwd_outputs, candidates, joint_gm, cost, min_bytes)
+                  min_bytes: int, pool: bool) -> Facts:
+    return gather(fw_gm, bw_gm, num_fwd_outputs, candidates, joint_gm, cost, min_bytes, pool=pool)
+
+
+def _pooled(config: OffloadConfig) -> bool:
+    """The graphs run with Inductor's buffer pool where Inductor compiles them (and
+    nothing is offloaded: ``simulator.simulate``)."""
+    return config.inner_compiler == "inductor"
 
 
 def _realise(joint_gm, num_fwd_outputs: int, config: OffloadConfig, start: Partition, lanes,
