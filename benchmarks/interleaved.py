@@ -17,7 +17,9 @@ time to issue it is recorded. A strategy's ratio is the median, over rounds, of 
 back-to-back step over the first strategy's in the same round (paired: a slow spell of
 the host falls on both), with its range. Strategies: ``inductor``, ``offload:auto``,
 ``offload:B`` (a fraction in (0, 1] or bytes with a unit) and ``offload:none`` (the
-backend with nothing moved). Memory is not measured here: ``compare`` measures it.
+backend with nothing moved). On CUDA each round's synchronised step also records its
+activation memory: the allocator's peak over the step less what was allocated before it
+(``compare``'s act GiB); the table gives its median and its ratio to the first strategy's.
 
 ``--host-profile N``: after the rounds, N synchronised steps of each strategy under
 ``cProfile``, so where the host spends a step can be compared between strategies: the
@@ -63,13 +65,29 @@ def backend_options(strategy: str, extra: dict[str, Any]) -> dict[str, Any] | No
     return options
 
 
+def cuda_activation(device: str) -> tuple[Callable[[], int], Callable[[int], int]]:
+    """``(begin, end)``: ``begin()`` resets the allocator's peak and returns what is
+    allocated; ``end(before)`` the peak since, less ``before`` (bytes)."""
+    import torch
+
+    def begin() -> int:
+        torch.cuda.reset_peak_memory_stats(device)
+        return torch.cuda.memory_allocated(device)
+
+    def end(before: int) -> int:
+        return torch.cuda.max_memory_allocated(device) - before
+    return begin, end
+
+
 def interleave(model, args: tuple, kwargs: dict, strategies: list[str], *, rounds: int, steps: int,
                warmup: int, device: str, extra: dict[str, Any] | None = None,
-               host_profile: int = 0, say: Callable[[str], None] = print) -> dict[str, Any]:
+               host_profile: int = 0, say: Callable[[str], None] = print,
+               meter: tuple[Callable[[], int], Callable[[int], int]] | None = None) -> dict[str, Any]:
     """Compile ``model`` under each strategy, settle each, time them in ``rounds`` rounds
-    (module docstring); returns per strategy its rounds' back-to-back steps, host times and
-    paired ratios to the first strategy, and with ``host_profile`` steps its profile
-    (``"profile"``: the top functions by own time, as text)."""
+    (module docstring); returns per strategy its rounds' back-to-back steps, host times,
+    paired ratios to the first strategy and, with a ``meter`` (on CUDA:
+    :func:`cuda_activation`), activation memory (``"act_gib"``), and with ``host_profile``
+    steps its profile (``"profile"``: the top functions by own time, as text)."""
     import torch
 
     import offload_compiler
@@ -85,6 +103,8 @@ def interleave(model, args: tuple, kwargs: dict, strategies: list[str], *, round
             model.zero_grad(set_to_none=True)
         return step
 
+    if meter is None and device.startswith("cuda"):
+        meter = cuda_activation(device)
     compiled = {}
     for s in strategies:
         options = backend_options(s, extra or {})
@@ -98,7 +118,8 @@ def interleave(model, args: tuple, kwargs: dict, strategies: list[str], *, round
         sync()
         say(f"interleaved: {s}: ready in {time.perf_counter() - t0:.1f} s ({settle} settling steps)")
         compiled[s] = step
-    got: dict[str, dict[str, list[float]]] = {s: {"step_ms": [], "host_ms": []} for s in strategies}
+    got: dict[str, dict[str, list[float]]] = {
+        s: {"step_ms": [], "host_ms": [], **({"act_gib": []} if meter else {})} for s in strategies}
     for r in range(rounds):
         order = strategies[r % len(strategies):] + strategies[:r % len(strategies)]
         for s in order:
@@ -109,10 +130,13 @@ def interleave(model, args: tuple, kwargs: dict, strategies: list[str], *, round
                 step()
             sync()
             got[s]["step_ms"].append((time.perf_counter() - t0) * 1e3 / steps)
+            before = meter[0]() if meter else 0
             t0 = time.perf_counter()
             step()
             got[s]["host_ms"].append((time.perf_counter() - t0) * 1e3)  # issued; the device may still run it
             sync()
+            if meter:
+                got[s]["act_gib"].append(meter[1](before) / 2**30)
         say(f"interleaved: round {r + 1}/{rounds}: " + ", ".join(
             f"{s} {got[s]['step_ms'][-1]:.2f} ms" for s in strategies))
     first = got[strategies[0]]["step_ms"]
@@ -144,13 +168,19 @@ def table(got: dict[str, Any]) -> str:
     from tabulate import tabulate
 
     first = next(iter(got))
+    memory = all(g.get("act_gib") for g in got.values())
+    act = {s: statistics.median(g["act_gib"]) for s, g in got.items()} if memory else {}
     body = [[s, f"{statistics.median(g['step_ms']):.2f}", f"{min(g['step_ms']):.2f} to {max(g['step_ms']):.2f}",
              f"{statistics.median(g['ratio']):.3f}", f"{min(g['ratio']):.3f} to {max(g['ratio']):.3f}",
-             f"{statistics.median(g['host_ms']):.2f}"] for s, g in got.items()]
-    headers = ["strategy", "step ms", "range", f"x {first} (paired)", "range", "host ms"]
+             f"{statistics.median(g['host_ms']):.2f}"]
+            + ([f"{act[s]:.2f}", f"{act[s] / act[first]:.3f}" if act[first] else ""] if memory else [])
+            for s, g in got.items()]
+    headers = (["strategy", "step ms", "range", f"x {first} (paired)", "range", "host ms"]
+               + (["act GiB", f"x {first} act"] if memory else []))
     return (tabulate(body, headers=headers, disable_numparse=True) + f"\nstep ms: back to back, the median over rounds; x {first}: "
             "each round's step over the first strategy's in that round; host ms: the host's time "
-            "to issue a synchronised step")
+            "to issue a synchronised step" + ("; act GiB: the synchronised step's peak above what was "
+                                              "allocated before it, the median over rounds" if memory else ""))
 
 
 def main(argv: list[str] | None = None) -> int:

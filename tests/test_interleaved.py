@@ -41,6 +41,36 @@ def test_rounds_are_paired_with_the_first_strategy_and_written(tmp_path, capsys)
     assert printed.count("interleaved: round ") == 3
     table = printed[printed.index("strategy"):]
     assert "x inductor (paired)" in table and "offload:none" in table and "offload:0.5" in table
+    assert "act GiB" not in table and "act_gib" not in got["inductor"]  # measured on CUDA only
+
+
+def test_each_synchronised_step_records_its_activation_memory(tmp_path):
+    # The meter (on CUDA, the allocator's peak less what was allocated before) brackets
+    # each round's synchronised step of each strategy, not the back-to-back steps.
+    import torch
+
+    factory = tmp_path / "tiny_mlp.py"
+    factory.write_text(FACTORY)
+    from offload_compiler.reporting.explain_cli import load_factory
+
+    model, (x,) = load_factory(f"{factory}:make")()
+    calls = []
+
+    def begin():
+        calls.append("begin")
+        return 5 * 2**30
+
+    def end(before):
+        calls.append("end")
+        return before // 5 * (2 if len(calls) % 4 == 0 else 1)  # 1 GiB, 2 GiB, 1 GiB, ...
+
+    torch._dynamo.reset()
+    got = interleaved.interleave(model, (x,), {}, ["inductor", "offload:none"], rounds=2, steps=2, warmup=1,
+                                 device="cpu", meter=(begin, end), say=lambda _: None)
+    assert calls == ["begin", "end"] * 4
+    assert sorted(got["inductor"]["act_gib"] + got["offload:none"]["act_gib"]) == [1.0, 1.0, 2.0, 2.0]
+    table = interleaved.table(got)
+    assert "act GiB" in table and "x inductor act" in table and "above what was allocated" in table
 
 
 
