@@ -33,8 +33,10 @@ start; against that estimate, holding a dead buffer later in backward looks free
 the pool held dead buffers across the real peak: on HF Llama (8 layers, batch 4 of
 4096) at an activation budget of 0.125, six 176 MiB MLP buffers through a layer's
 attention backward, a step peak of 2.87 GiB measured (2.93 predicted) against 2.41
-predicted without the pool (``benchmarks/RESULTS.md``, session 36). With the pool off
-the CUDA caching allocator takes each freed buffer back for the next one of its size.
+predicted without the pool (``benchmarks/RESULTS.md``, session 36; measured 2.20 GiB
+without it in session 37). With the pool off the CUDA caching allocator takes each freed
+buffer back for the next one of its size. Graphs the eager inner compiler runs have no
+pool either (``facts.gather(pool=False)``: no transient carries a key).
 """
 
 from __future__ import annotations
