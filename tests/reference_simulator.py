@@ -217,8 +217,7 @@ def simulate_reference(fw_ms: list[float], bw_ms: list[float], tensors: list[Sim
     step_peak, step_peak_t, holders = (0, 0.0, [])
     if transients is not None:
         # A plan that offloads is compiled without Inductor's buffer pool.
-        host = None if offloaded else [0] * len(op_span)
-        step_peak, step_peak_t = step_peak_of(mem_deltas, transients, op_span, n_fw, host,
+        step_peak, step_peak_t = step_peak_of(mem_deltas, transients, op_span, n_fw, not offloaded,
                                               holders if record else None)
     call_peak = peak
     spill = max(0.0, d2h_free - fw_end)

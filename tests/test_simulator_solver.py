@@ -337,16 +337,16 @@ def test_a_kernels_workspace_is_outside_inductors_estimate_so_it_does_not_stop_a
 
 
 def test_without_inductors_pool_every_buffer_is_freed_where_it_dies():
-    # A plan that offloads compiles without Inductor's pool (``host=None``). Three ops of
+    # A plan that offloads compiles without Inductor's pool (``pool=False``). Three ops of
     # 1 ms; P (4 MB) dies after op 0, Q (its key) is made at op 2, and op 1 holds 5 MB of
     # activations. With the pool P is held through op 1 (9 MB: under the 10 MB that the
-    # estimate's host bytes put at op 0); without it, op 1 holds only its own 5 MB.
+    # estimate's other bytes put at op 0); without it, op 1 holds only its own 5 MB.
     spans = [_pool(4 * MB, 0, 0), _pool(4 * MB, 2, 2)]
     acts = [(1.0, 0, 5 * MB), (2.0, 1, -5 * MB)]
     ops = [(0.0, 1.0), (1.0, 2.0), (2.0, 3.0)]
-    assert step_peak_of(acts, spans, ops, 3, [6 * MB, 0, 0]) == (9 * MB, 1.0)
+    assert step_peak_of(acts, spans, ops, 3, estimated_besides=[6 * MB, 0, 0]) == (9 * MB, 1.0)
     holders = []
-    assert step_peak_of(acts, spans, ops, 3, None, holders) == (5 * MB, 1.0)
+    assert step_peak_of(acts, spans, ops, 3, pool=False, holders=holders) == (5 * MB, 1.0)
     assert holders == [5 * MB]
 
 
@@ -356,13 +356,13 @@ def test_the_step_peaks_holders_name_what_is_live_there_and_sum_to_it():
     spans = [_pool(3 * MB, 0, 0), Transient(5 * MB, 0, 1), Transient(MB, 1, 1, workspace=True),
              _pool(3 * MB, 1, 1)]
     holders = []
-    peak, _ = step_peak_of([(0.0, 0, 2 * MB)], spans, [(0.0, 1.0), (1.0, 2.0)], 2, [0, 0], holders)
+    peak, _ = step_peak_of([(0.0, 0, 2 * MB)], spans, [(0.0, 1.0), (1.0, 2.0)], 2, holders=holders)
     activations, *live = holders
     assert peak == 11 * MB and activations + sum(h.nbytes for h in live) == peak
     assert activations == 2 * MB
     assert [(h.nbytes, h.op, h.first, h.workspace) for h in live] == [
         (5 * MB, 0, 0, False), (3 * MB, 1, 1, False), (MB, 1, 1, True)]
-    assert step_peak_of([(0.0, 0, 2 * MB)], spans, [(0.0, 1.0), (1.0, 2.0)], 2, [0, 0]) == (peak, _)
+    assert step_peak_of([(0.0, 0, 2 * MB)], spans, [(0.0, 1.0), (1.0, 2.0)], 2) == (peak, _)
 
 
 def test_an_offload_plan_frees_what_inductors_pool_would_hold_for_its_estimate():

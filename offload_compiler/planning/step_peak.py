@@ -120,30 +120,31 @@ def levels_of(changes: list[tuple[float, int]], outs: list[int], bw_order: int, 
     if op_span is not None:
         skip = set(outs)
         activations = [(time_ms, j, delta) for j, (time_ms, delta) in enumerate(changes) if j not in skip]
-        step_peak, step_peak_t = step_peak_of(activations, transients, op_span, n_fw,
-                                              [0] * len(op_span) if pool else None, holders)
+        step_peak, step_peak_t = step_peak_of(activations, transients, op_span, n_fw, pool, holders)
     return peak, peak_t, end_fw, between, curve, step_peak, step_peak_t
 
 
-def step_peak_of(mem_deltas, transients, op_span, n_fw, host: list[int] | None,
-                 holders: list | None = None) -> tuple[int, float]:
+def step_peak_of(mem_deltas, transients, op_span, n_fw, pool: bool = True,
+                 holders: list | None = None, *, estimated_besides: list[int] | None = None) -> tuple[int, float]:
     """Peak and its time of the activation deltas (without the backward outputs while
-    their op runs: ``transients`` hold those longer) plus ``transients``, each held
-    until the buffer that reuses it is allocated (:func:`held_for_reuse`; ``host``:
-    bytes per op that Inductor's estimate counts besides; ``None``: the graphs are
-    compiled without Inductor's pool, and each is held to its last read). ``holders``
-    (the final plan's simulation only: it costs a second pass): filled with the
-    activation bytes held at the peak, then a :class:`Holder` per transient live there,
-    largest first."""
+    their op runs: ``transients`` hold those longer) plus ``transients``: with ``pool``
+    (the graphs compiled with Inductor's buffer pool), each held until the buffer that
+    reuses it is allocated (:func:`held_for_reuse`; ``estimated_besides``: bytes per op
+    that Inductor's estimate counts besides the activations, none by default); without
+    it, each held to its last read. ``holders`` (the final plan's simulation only: it
+    costs a second pass): filled with the activation bytes held at the peak, then a
+    :class:`Holder` per transient live there, largest first."""
     last = len(op_span) - 1
     spans = [Transient(*t) for t in transients if t[0] > 0 and 0 <= t[1] <= last]
     spans = [t._replace(last=min(max(t.last, t.first), last)) for t in spans]
     deltas = sorted((time_ms, delta) for time_ms, _, delta in mem_deltas)
-    if host is None:
+    if not pool:
         extended = [t.last for t in spans]
     else:
-        per_op = _held_per_op(deltas, op_span)
-        extended = held_for_reuse(spans, [a + b for a, b in zip(per_op, host)], n_fw)
+        base = _held_per_op(deltas, op_span)
+        if estimated_besides is not None:
+            base = [a + b for a, b in zip(base, estimated_besides)]
+        extended = held_for_reuse(spans, base, n_fw)
     for t, until in zip(spans, extended):
         deltas.append((op_span[t.first][0], t.nbytes))
         deltas.append((op_span[until][1], -t.nbytes))
@@ -201,8 +202,7 @@ def held_for_reuse(spans: list[Transient], base: list[int], n_fw: int) -> list[i
     """The op until which each of ``spans`` holds its memory, replaying Inductor's
     reuse pool (module docstring) over forward (ops ``< n_fw``) and backward apart:
     ``last``, or the op before the one whose buffer takes it over. ``base``: the
-    bytes per op Inductor's estimate counts besides ``spans`` (activations, host
-    copies)."""
+    bytes per op Inductor's estimate counts besides ``spans`` (the activations)."""
     n = len(base)
     est = list(base)
     for t in spans:
