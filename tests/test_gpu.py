@@ -515,6 +515,33 @@ def test_a_call_timed_with_the_host_ahead_measures_kernels_not_the_hosts_pace():
     assert rec.ahead == [False, False] and short.ahead_compute_ms == (None, None)
 
 
+def test_a_timed_call_measures_the_gpu_work_queued_ahead_of_each_phase():
+    """The GPU busy with 20 ms of earlier work when the forward starts (a loop that does
+    not wait for it), and idle when the backward starts (the test waits): the recorder
+    reads the forward's head start from an idle stream's event, and none for the
+    backward. Copy streams busy too do not delay the idle stream's event."""
+    x = torch.randn(1 << 20, device="cuda")
+    copy_stream = torch.cuda.Stream()
+    cycles = 20 * measure._cycles_per_ms(torch.device("cuda", 0))
+    for _ in range(2):  # the first warms up
+        rec = measure.CudaSource().recorder(torch.device("cuda", 0), 1, "time")
+        torch.cuda.synchronize()
+        torch.cuda._sleep(int(cycles))  # earlier work, on the compute stream
+        with torch.cuda.stream(copy_stream):
+            torch.cuda._sleep(int(cycles))
+        rec.probe("fw_start")
+        x.mul_(1.0)
+        rec.probe("fw_end")
+        torch.cuda.synchronize()
+        rec.probe("bw_start")
+        x.mul_(1.0)
+        rec.probe("bw_end")
+        m = rec.result()
+    print("queued", m.queued_ms)
+    assert 17.0 < m.queued_ms[0] < 23.0 and m.queued_ms[1] < 1.0
+    assert m.fw_ms < 5.0  # its span starts once the queued work is done
+
+
 def test_the_timed_call_runs_without_the_allocators_history():
     """The memory call records the allocator's history (with Python stacks, which slow
     the host); the timed call after it must run with recording off, or its time measures

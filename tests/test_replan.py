@@ -539,6 +539,10 @@ def test_the_hosts_time_corrects_the_host_lane_and_a_paced_phase_keeps_its_scale
     assert c.fw_scale == 1.5  # paced, fitted before: kept
     assert c.bw_scale == pytest.approx(1.1)
     assert "host_us" in c.key() and c.key() != fitted_before.key()
+    assert c.queued_ms == 0.0  # not measured: no head start
+    queued = corrected(c, P, dataclasses.replace(m, queued_ms=(3.456, 0.2)))
+    assert queued.queued_ms == 3.46 and "3.46 ms of GPU work queued" in queued.describe()
+    assert corrected(queued, P, m).queued_ms == 3.46  # a measurement without it keeps it
 
 
 def test_at_the_first_fit_a_paced_phase_goes_halfway_to_the_other_phases_scale_within_its_own_time():
@@ -606,6 +610,19 @@ def test_compute_scales_are_fitted_so_time_waiting_for_the_host_counts_once():
     assert ratio.fw_scale > 1.5 * 1.02
     double = plan.resimulate(ratio.fw_scale, ratio.bw_scale, host_us=ratio.host_us, op_host_us=ratio.op_host_us)
     assert double.step_ms > m.step_ms * 1.02
+    # The loop left GPU work queued when the forward started: the host's head start hides
+    # part of its pace. Fitted with the measured head start, the scales are the kernels'
+    # own again; fitted without it, the forward's would absorb the difference.
+    head = 0.5 * (truth.fw_ms - unpaced.fw_ms)
+    ahead = plan.resimulate(1.5, 1.3, host_us=host_us, op_host_us=op_host_us, host_lead_ms=head)
+    assert unpaced.fw_ms < ahead.fw_ms < truth.fw_ms
+    queued = dataclasses.replace(m, fw_ms=ahead.fw_ms, bw_ms=ahead.bw_ms, stall_ms=ahead.stall_ms,
+                                 queued_ms=(head, 0.0))
+    with_head = corrected(Corrections(), p, queued, plan.resimulate)
+    assert with_head.queued_ms == round(head, 2)
+    assert with_head.fw_scale == pytest.approx(1.5, rel=0.01) and with_head.bw_scale == pytest.approx(1.3, rel=0.01)
+    without = corrected(Corrections(), p, dataclasses.replace(queued, queued_ms=(None, None)), plan.resimulate)
+    assert without.fw_scale < 1.5 * 0.99
 
 
 def _host_paced(plans, op_ms, kernels=None):
@@ -1021,6 +1038,7 @@ class _FakeAllocator:
             "allocated_bytes.all.current": self.current})
         monkeypatch.setattr(torch.cuda, "Event", Event)
         monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: None)
+        monkeypatch.setattr(measure, "_idle_stream", lambda device: None)
         monkeypatch.setattr(torch.cuda.memory, "_record_memory_history", history)
         monkeypatch.setattr(torch.cuda.memory, "_snapshot",
                             lambda device=None, **kwargs: {"device_traces": [list(self.trace)],
@@ -1183,5 +1201,6 @@ def test_a_timed_call_measures_the_hosts_time_and_its_transfer_ops_part(monkeypa
     op()
     m = rec.result()
     assert m.transfer_ops == (1, 2) and len(rec.spare) == 2 and m.d2h_bytes == 1 << 20
+    assert m.queued_ms == (1.0, 1.0)  # each phase's idle-stream event to its start (1 ms here)
     assert 20 <= m.host_transfer_ms[0] < 35 and 40 <= m.host_transfer_ms[1] < 70
     assert 50 <= m.host_fw_ms < 80 and m.host_transfer_ms[1] <= m.host_bw_ms < 70

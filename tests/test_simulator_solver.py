@@ -411,6 +411,25 @@ def test_a_host_far_ahead_of_the_gpu_hides_the_transfer_ops():
     assert moved.step_ms == kept.step_ms and moved.stall_ms == 0
 
 
+def test_gpu_work_queued_before_the_forward_is_the_hosts_head_start():
+    # 20 forward ops of 0.4 ms issued at 0.6 ms each, 20 backward ops of 1 ms issued at
+    # 0.05 ms: from a standing start the host paces the forward (12 ms issued, 8 ms of
+    # kernels). With 5 ms of earlier work queued when it starts (measured: the training
+    # loop did not wait for the GPU), the host issues 5 ms ahead and the forward runs at
+    # its kernels' pace; with 2 ms, the host holds it back 2 ms less.
+    fw, bw = [0.4] * 20, [1.0] * 20
+    lanes = _hosted((600.0, 50.0), (0.0, 0.0))
+    ts = [T("A", MB, 2, 2, 15, 15)]
+    cold = simulate(fw, bw, ts, lanes)
+    assert cold.fw_ms == pytest.approx(12.0 + 0.4)  # the last op, issued at 12 ms, runs
+    queued = simulate(fw, bw, ts, dataclasses.replace(lanes, host_lead_ms=5.0))
+    assert queued.fw_ms == pytest.approx(8.0) and queued.step_ms == pytest.approx(28.0)
+    half = simulate(fw, bw, ts, dataclasses.replace(lanes, host_lead_ms=2.0))
+    assert half.fw_ms == pytest.approx(cold.fw_ms - 2.0)
+    # Without a measured host lane there is no host to start early.
+    assert simulate(fw, bw, ts, dataclasses.replace(LANES, host_lead_ms=5.0)).step_ms == pytest.approx(28.0)
+
+
 def test_auto_moves_nothing_through_a_host_that_paces_the_step():
     # The copies hide behind compute either way. With the host ahead, "auto" offloads B;
     # with the host behind, B's transfer ops would cost 0.4 ms of a 2 ms step and it is

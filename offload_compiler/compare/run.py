@@ -317,7 +317,7 @@ def run_strategy(spec: dict[str, Any]) -> Row:
                  "predicted_step_peak_gib": p.step_peak_bytes / 2**30, "stall_ms": m.stall_ms,
                  "peak_phase": m.peak_phase, "holders": m.holders[:3],
                  "host_fw_ms": m.host_fw_ms, "host_bw_ms": m.host_bw_ms, "transfer_ops": list(m.transfer_ops),
-                 "plan": b.summary()}
+                 "queued_ms": list(m.queued_ms), "plan": b.summary()}
                 for b in backend.plans if b.measured and b.predicted
                 for m, p in [(b.measured, b.predicted)]]
         if predicted:

@@ -144,7 +144,8 @@ def _cost_model(candidates: list[Candidate], config: OffloadConfig,
     cost = NodeCosts(hw, profile=config.node_costs == "profile",
                      fw_scale=corrections.fw_scale, bw_scale=corrections.bw_scale)
     lanes = lanes_of(hw, config.copy_margin, chained=config.per_block)
-    return cost, dataclasses.replace(lanes, host_us=corrections.host_us, op_host_us=corrections.op_host_us)
+    return cost, dataclasses.replace(lanes, host_us=corrections.host_us, op_host_us=corrections.op_host_us,
+                                     host_lead_ms=corrections.queued_ms)
 
 
 def _plan_cost_model(joint_gm, start: Partition, num_fwd_outputs: int, config: OffloadConfig,

@@ -26,6 +26,8 @@ The model:
   the host has issued it: where the host is behind (many short kernels), each transfer
   op is step time; where it is far ahead, it costs nothing. Measured host times only:
   both are 0 until a measurement corrects them, and the host is then never behind.
+  ``Lanes.host_lead_ms`` (the GPU work measured queued when the forward started) starts
+  the host that much before the forward's first op can run.
   With ``Lanes.without_host_scale``, the step is also simulated without the host, and
   ``step_ms`` is the larger of the two, that one scaled (see ``Lanes``).
 
@@ -215,7 +217,8 @@ def simulate(fw_ms: list[float], bw_ms: list[float], tensors: list[SimTensor], l
     d2h_gbps, lead = lanes.d2h_gbps, lanes.lead
     # The host lane (ms): where the host has issued to. Nothing starts before it is issued.
     (h_fw, h_bw), (o_fw, o_bw) = [(a / 1e3, b / 1e3) for a, b in (lanes.host_us, lanes.op_host_us)]
-    hosted, host = bool(h_fw or h_bw or o_fw or o_bw), 0.0
+    hosted = bool(h_fw or h_bw or o_fw or o_bw)
+    host = -lanes.host_lead_ms if hosted else 0.0
     for i in range(n_fw):
         ms = fw_ms[i]
         if hosted and ms > 0:

@@ -209,6 +209,10 @@ class GraphPlan:
             parts.append(f"host issued the forward in {m.host_fw_ms:.2f} ms and the backward in "
                          f"{m.host_bw_ms:.2f} ms ({sum(m.host_transfer_ms):.2f} ms in "
                          f"{sum(m.transfer_ops)} transfer ops)")
+        queued = getattr(m, "queued_ms", (None, None))
+        if queued[0] is not None:  # the host's head start on each phase
+            parts.append(f"GPU work queued when the forward started {queued[0]:.2f} ms, "
+                         f"when the backward started {queued[1]:.2f} ms")
         # The kernels call: each phase timed with the GPU held until the host had issued it.
         timed_ahead = [(name, host, ms) for name, host, ms in zip(
             ("forward", "backward"), (m.host_fw_ms, m.host_bw_ms), getattr(m, "ahead_compute_ms", ()))

@@ -18,6 +18,9 @@ A :class:`Recorder` follows one forward and its backward on the GPU:
   time is its kernels' and copies', not the host's pace. Whether the host was ahead is
   checked, not assumed: when the host has issued the phase, the GPU must not have begun
   it yet (the start event not reached: :attr:`CudaRecorder.ahead`);
+- queued: the earlier work the GPU still had when each phase started (an event on an
+  idle stream just before the phase's start event on the compute stream; the time
+  between the two), the host's head start on the phase;
 - memory: the CUDA caching allocator's own records (``torch.cuda.memory.
   _record_memory_history``) from the start of the forward to the end of the backward,
   replayed into the step peak above what was held before the forward (the same measure
@@ -86,6 +89,9 @@ class Measured:
     """Host time in the transfer ops' bodies, forward and backward (part of the above)."""
     transfer_ops: tuple[int, int] = (0, 0)
     """Transfer ops called, forward and backward."""
+    queued_ms: tuple[float | None, float | None] = (None, None)
+    """GPU work queued ahead of the forward and of the backward when the host reached
+    them (ms; ``None``: not measured): the host's head start on each phase."""
     timed_ms: tuple[float, ...] = ()
     """The step of each call timed for this measurement, in order; this one is the median
     call (:func:`typical`, of ``replanning.TIMED_CALLS``; fewer where a later timing
@@ -178,6 +184,7 @@ class CudaRecorder:
         """Per phase held: whether the GPU had not begun it when the host had issued it whole."""
         self.phase = ""
         self.events: dict[str, torch.cuda.Event] = {}
+        self.idle: dict[str, torch.cuda.Event] = {}  # recorded on an idle stream at each start
         self.counts: dict[str, tuple[int, int]] = {}
         self.allocated: dict[str, int] = {}
         self.copies: list[tuple[str, str, int, torch.cuda.Event, torch.cuda.Event]] = []
@@ -195,6 +202,8 @@ class CudaRecorder:
         self.spare: list[torch.cuda.Event] = []
         if what != "memory" and intervals:
             self.reserve(2 * intervals)  # a start and an end each
+        if what == "time":
+            _idle_stream(device)  # made now, outside the measured call
 
     @property
     def side(self) -> int:
@@ -243,6 +252,9 @@ class CudaRecorder:
         if phase.endswith("_start") and self.hold_cycles[side]:
             with torch.cuda.stream(stream):
                 torch.cuda._sleep(self.hold_cycles[side])
+        if phase.endswith("_start") and self.what == "time":
+            self.idle[phase] = torch.cuda.Event(enable_timing=True)
+            self.idle[phase].record(_idle_stream(self.device))
         event = torch.cuda.Event(enable_timing=True)
         event.record(stream)
         self.events[phase] = event
@@ -313,6 +325,9 @@ class CudaRecorder:
             out.host_fw_ms, out.host_bw_ms = ms
             out.host_transfer_ms = tuple((op - own) * 1e3 for op, own in zip(self.op_s, self.own_s))
             out.transfer_ops = tuple(self.op_calls)
+        if len(self.idle) == 2:
+            out.queued_ms = tuple(max(0.0, self.idle[p].elapsed_time(self.events[p]))
+                                  for p in ("fw_start", "bw_start"))
         if self.trace is not None:
             history.replay(self, out)
         return out
@@ -355,6 +370,14 @@ def stall_after(stream: torch.cuda.Stream, before: torch.cuda.Event) -> None:
     rec = active
     if rec is not None:
         rec.stalls.append((rec.phase, before, rec.mark(stream)))
+
+
+@functools.cache
+def _idle_stream(device: torch.device) -> torch.cuda.Stream:
+    """A stream nothing else runs on (high priority: not one of the pool's streams the
+    compute and copy streams may share a hardware queue with): an event recorded on it
+    completes as soon as the GPU sees it."""
+    return torch.cuda.Stream(device, priority=-1)
 
 
 @functools.cache
