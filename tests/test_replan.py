@@ -539,10 +539,11 @@ def test_the_hosts_time_corrects_the_host_lane_and_a_paced_phase_keeps_its_scale
     assert c.fw_scale == 1.5  # paced, fitted before: kept
     assert c.bw_scale == pytest.approx(1.1)
     assert "host_us" in c.key() and c.key() != fitted_before.key()
-    assert c.queued_ms == 0.0  # not measured: no head start
+    assert c.queued_ms is None  # not measured
     queued = corrected(c, P, dataclasses.replace(m, queued_ms=(3.456, 0.2)))
-    assert queued.queued_ms == 3.46 and "3.46 ms of GPU work queued" in queued.describe()
-    assert corrected(queued, P, m).queued_ms == 3.46  # a measurement without it keeps it
+    assert queued.queued_ms == (3.46, 0.2)
+    assert "GPU work queued when the forward starts 3.46 ms and the backward 0.20 ms" in queued.describe()
+    assert corrected(queued, P, m).queued_ms == (3.46, 0.2)  # a measurement without it keeps it
 
 
 def test_at_the_first_fit_a_paced_phase_goes_halfway_to_the_other_phases_scale_within_its_own_time():
@@ -614,12 +615,12 @@ def test_compute_scales_are_fitted_so_time_waiting_for_the_host_counts_once():
     # part of its pace. Fitted with the measured head start, the scales are the kernels'
     # own again; fitted without it, the forward's would absorb the difference.
     head = 0.5 * (truth.fw_ms - unpaced.fw_ms)
-    ahead = plan.resimulate(1.5, 1.3, host_us=host_us, op_host_us=op_host_us, host_lead_ms=head)
+    ahead = plan.resimulate(1.5, 1.3, host_us=host_us, op_host_us=op_host_us, host_lead_ms=(head, 0.0))
     assert unpaced.fw_ms < ahead.fw_ms < truth.fw_ms
     queued = dataclasses.replace(m, fw_ms=ahead.fw_ms, bw_ms=ahead.bw_ms, stall_ms=ahead.stall_ms,
                                  queued_ms=(head, 0.0))
     with_head = corrected(Corrections(), p, queued, plan.resimulate)
-    assert with_head.queued_ms == round(head, 2)
+    assert with_head.queued_ms == (round(head, 2), 0.0)
     assert with_head.fw_scale == pytest.approx(1.5, rel=0.01) and with_head.bw_scale == pytest.approx(1.3, rel=0.01)
     without = corrected(Corrections(), p, dataclasses.replace(queued, queued_ms=(None, None)), plan.resimulate)
     assert without.fw_scale < 1.5 * 0.99

@@ -422,12 +422,34 @@ def test_gpu_work_queued_before_the_forward_is_the_hosts_head_start():
     ts = [T("A", MB, 2, 2, 15, 15)]
     cold = simulate(fw, bw, ts, lanes)
     assert cold.fw_ms == pytest.approx(12.0 + 0.4)  # the last op, issued at 12 ms, runs
-    queued = simulate(fw, bw, ts, dataclasses.replace(lanes, host_lead_ms=5.0))
+    queued = simulate(fw, bw, ts, dataclasses.replace(lanes, host_lead_ms=(5.0, 1.0)))
     assert queued.fw_ms == pytest.approx(8.0) and queued.step_ms == pytest.approx(28.0)
-    half = simulate(fw, bw, ts, dataclasses.replace(lanes, host_lead_ms=2.0))
+    half = simulate(fw, bw, ts, dataclasses.replace(lanes, host_lead_ms=(2.0, 1.0)))
     assert half.fw_ms == pytest.approx(cold.fw_ms - 2.0)
     # Without a measured host lane there is no host to start early.
-    assert simulate(fw, bw, ts, dataclasses.replace(LANES, host_lead_ms=5.0)).step_ms == pytest.approx(28.0)
+    assert simulate(fw, bw, ts, dataclasses.replace(LANES, host_lead_ms=(5.0, 1.0))).step_ms == pytest.approx(28.0)
+    # Nothing queued when the backward started (measured): the host issues it from there.
+    assert simulate(fw, bw, ts, dataclasses.replace(lanes, host_lead_ms=(5.0, 0.0))).step_ms == pytest.approx(28.05)
+
+
+def test_a_step_the_host_paces_to_its_end_leaves_the_next_forward_no_head_start():
+    # The same forward; the backward 20 ops of 0.1 ms issued at 0.5 ms each, nothing
+    # queued when it starts: the host paces it to the end, and the step leaves 0.1 ms
+    # queued. Measured with 5 ms queued before the forward (another plan's step), the
+    # forward is given no more than this step leaves.
+    fw, bw = [0.4] * 20, [0.1] * 20
+    lanes = _hosted((600.0, 500.0), (0.0, 0.0))
+    ts = [T("A", MB, 2, 2, 15, 15)]
+    cold = simulate(fw, bw, ts, dataclasses.replace(lanes, host_lead_ms=(0.0, 0.0)))
+    assert cold.fw_ms == pytest.approx(12.4) and cold.step_ms == pytest.approx(22.5)
+    queued = simulate(fw, bw, ts, dataclasses.replace(lanes, host_lead_ms=(5.0, 0.0)))
+    assert queued.fw_ms == pytest.approx(12.3) and queued.step_ms == pytest.approx(22.4)
+    as_measured = simulate(fw, bw, ts, dataclasses.replace(lanes, host_lead_ms=(5.0, 0.0), settle_lead=False))
+    assert as_measured.fw_ms == pytest.approx(8.0)  # a measured plan, fitted: its own head start
+    # Work queued when the backward starts: a head start from where the host is free
+    # (it finished issuing the forward 0.4 ms before the GPU ran it), not before.
+    bw_queued = simulate(fw, bw, ts, dataclasses.replace(lanes, host_lead_ms=(0.0, 3.0)))
+    assert bw_queued.bw_ms == pytest.approx(cold.bw_ms - 0.4)
 
 
 def test_auto_moves_nothing_through_a_host_that_paces_the_step():

@@ -43,11 +43,16 @@ class Lanes:
     op_host_us: tuple[float, float] = (0.0, 0.0)
     """The host's time for one transfer op in the forward (``d2h``, ``release``) and in
     the backward (``h2d``, ``wait``), microseconds, measured."""
-    host_lead_ms: float = 0.0
-    """The host's head start on the forward: GPU work still queued when the graph's
-    forward starts (measured, ``Measured.queued_ms``). The host issues from this much
-    before the GPU can begin the forward, so a forward the host issues slower than it
-    runs is paced by the host only once that lead is spent."""
+    host_lead_ms: tuple[float, float] | None = None
+    """The host's head start on the forward and on the backward: GPU work still queued
+    when each starts (measured, ``Measured.queued_ms``). The host issues from this much
+    before the GPU can begin the phase, so a phase the host issues slower than it runs
+    is paced by the host only once that lead is spent. ``None``: not measured (the host
+    starts with the forward and issues the backward straight after it)."""
+    settle_lead: bool = True
+    """Bound the forward's head start by what the simulated step leaves queued at its end
+    (simulated again once with that, where less). ``False`` where a measured plan is
+    simulated with its own measured head start (fitting, re-predicting it)."""
     without_host_scale: float = 0.0
     """With a host lane (``host_us`` or ``op_host_us``) and this non-zero, a plan's
     ``step_ms`` is the larger of its step with the host and its step without it (the

@@ -27,8 +27,7 @@ inputs a measured call of the compiled graph (``runtime.measure.Measured``) corr
 - ``host_us`` / ``op_host_us``: the host's time per op that takes GPU time (the
   phase's host time less its transfer ops, over ``Predictions.kernels``) and per
   transfer op, forward and backward: the simulator's host lane (``Lanes.host_us``);
-  ``queued_ms``, GPU work queued when the forward started, is the host's head start
-  (``Lanes.host_lead_ms``): the training loop's (none where it waits for the GPU);
+  ``queued_ms``, GPU work queued when each phase started: its head start (``host_lead_ms``);
 - ``d2h_gbps`` / ``h2d_gbps``: the copies' measured bandwidth;
 - ``unmodelled_bytes``: measured step peak less the predicted one; added to every
   predicted step peak after it;
@@ -92,7 +91,7 @@ class Corrections:
     limit_bytes: int | None = None
     host_us: tuple[float, float] = (0.0, 0.0)
     op_host_us: tuple[float, float] = (0.0, 0.0)
-    queued_ms: float = 0.0
+    queued_ms: tuple[float, float] | None = None
     measured_call: int | None = None
     """The call of the compiled graph these come from (``None``: not measured)."""
 
@@ -121,7 +120,8 @@ class Corrections:
                 f"{self.host_us[0]:.1f}/{self.host_us[1]:.1f} us per kernel and "
                 f"{self.op_host_us[0]:.1f}/{self.op_host_us[1]:.1f} us per transfer op (forward/backward)")
         if self.queued_ms:
-            text += f", {self.queued_ms:.2f} ms of GPU work queued when the forward starts"
+            text += (f", GPU work queued when the forward starts {self.queued_ms[0]:.2f} ms and "
+                     f"the backward {self.queued_ms[1]:.2f} ms")
         for name, gbps in (("D2H", self.d2h_gbps), ("H2D", self.h2d_gbps)):
             if gbps:
                 text += f"; {name} copies at {gbps:.1f} GB/s"
@@ -271,7 +271,7 @@ def repredicted(predicted: Any, resimulate: Callable[..., Any], planned_with: Co
     with ``corrections``."""
     k = (corrections.fw_scale / planned_with.fw_scale, corrections.bw_scale / planned_with.bw_scale)
     final = resimulate(*k, host_us=corrections.host_us, op_host_us=corrections.op_host_us,
-                       host_lead_ms=corrections.queued_ms, **corrections.hardware())
+                       host_lead_ms=corrections.queued_ms, settle_lead=False, **corrections.hardware())
     unmodelled = corrections.unmodelled_bytes - planned_with.unmodelled_bytes
     return dataclasses.replace(
         predicted, peak_time_ms=final.peak_time_ms, step_peak_bytes=predicted.step_peak_bytes + unmodelled,
@@ -307,16 +307,16 @@ def corrected(previous: Corrections, predicted: Any, measured: Any,
                                    zip((fw_host, bw_host), ops_ms, predicted.kernels))
         changes["op_host_us"] = tuple(round(ms / n * 1e3, 1) if n else before for ms, n, before in
                                       zip(ops_ms, calls, previous.op_host_us))
-    queued = getattr(measured, "queued_ms", (None, None))[0]
-    if queued is not None:
-        changes["queued_ms"] = round(queued, 2)
+    queued = getattr(measured, "queued_ms", (None, None))
+    if None not in queued:
+        changes["queued_ms"] = tuple(round(ms, 2) for ms in queued)
     if measured.d2h_bytes >= MIN_TIMED_COPY_BYTES and measured.d2h_gbps:
         changes["d2h_gbps"] = measured.d2h_gbps
     if measured.h2d_bytes >= MIN_TIMED_COPY_BYTES and measured.h2d_gbps:
         changes["h2d_gbps"] = measured.h2d_gbps
     lanes = {"host_us": changes.get("host_us", previous.host_us),
              "op_host_us": changes.get("op_host_us", previous.op_host_us),
-             "host_lead_ms": changes.get("queued_ms", previous.queued_ms),
+             "host_lead_ms": changes.get("queued_ms", previous.queued_ms), "settle_lead": False,
              **{k: changes[k] for k in ("d2h_gbps", "h2d_gbps") if k in changes}}
     fits = resimulate is not None and measured.fw_ms > 0 and measured.bw_ms > 0 and not all(kept)
     if fits:

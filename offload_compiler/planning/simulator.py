@@ -23,11 +23,11 @@ The model:
 - the host issues everything in order, from the forward's start: ``Lanes.host_us`` per
   op that takes GPU time (and per recomputation), ``Lanes.op_host_us`` per transfer op
   (a D2H copy and its release, a reload and its wait). Nothing starts on the GPU before
-  the host has issued it: where the host is behind (many short kernels), each transfer
-  op is step time; where it is far ahead, it costs nothing. Measured host times only:
-  both are 0 until a measurement corrects them, and the host is then never behind.
-  ``Lanes.host_lead_ms`` (the GPU work measured queued when the forward started) starts
-  the host that much before the forward's first op can run.
+  the host has issued it: where it is behind, each transfer op is step time; where far
+  ahead, nothing. Both are 0 (the host never behind) until a measurement corrects them.
+  ``Lanes.host_lead_ms`` (the GPU work queued when each phase started, measured) starts
+  the host that much ahead of the phase, the backward's only where it is not behind,
+  the forward's at most what the step leaves queued at its end (the next one's start).
   With ``Lanes.without_host_scale``, the step is also simulated without the host, and
   ``step_ms`` is the larger of the two, that one scaled (see ``Lanes``).
 
@@ -165,10 +165,7 @@ def simulate(fw_ms: list[float], bw_ms: list[float], tensors: list[SimTensor], l
     backward (backward op ``k`` is ``len(fw_ms) + k``); with them, the result has
     ``step_peak_bytes``. ``previous``: with ``lanes.chained``, the call before this one
     (``None``: simulated first, as this same call).
-
-    The solver calls this thousands of times per graph, so it does per op only what
-    that op needs (the copies in flight are looked at only where one can be released);
-    every time is summed in the order the model above reads."""
+    The solver calls this thousands of times per graph: per op, only what the op needs."""
     chained = lanes.chained
     if chained and previous is None:
         # Its step is not read: the host-free timeline is left to this call.
@@ -217,8 +214,8 @@ def simulate(fw_ms: list[float], bw_ms: list[float], tensors: list[SimTensor], l
     d2h_gbps, lead = lanes.d2h_gbps, lanes.lead
     # The host lane (ms): where the host has issued to. Nothing starts before it is issued.
     (h_fw, h_bw), (o_fw, o_bw) = [(a / 1e3, b / 1e3) for a, b in (lanes.host_us, lanes.op_host_us)]
-    hosted = bool(h_fw or h_bw or o_fw or o_bw)
-    host = -lanes.host_lead_ms if hosted else 0.0
+    hosted, (lead_fw, lead_bw) = bool(h_fw or h_bw or o_fw or o_bw), lanes.host_lead_ms or (0.0, None)
+    host = -lead_fw if hosted else 0.0
     for i in range(n_fw):
         ms = fw_ms[i]
         if hosted and ms > 0:
@@ -304,6 +301,8 @@ def simulate(fw_ms: list[float], bw_ms: list[float], tensors: list[SimTensor], l
 
     # ---- backward: run ---------------------------------------------------------
     bw_order = len(changes)  # memory changes from here on are backward's
+    if hosted and lead_bw is not None:  # the host starts the backward ``lead_bw`` ahead, if not behind
+        host = max(host, t - lead_bw)
     # A reload never starts before the copy out ended (chained: other calls ran between).
     h2d_free = t if chained else max(t, d2h_free)
     landed = fw_end - lead_ms  # chained: where the previous call's prefetch of ``first`` stands
@@ -391,6 +390,12 @@ def simulate(fw_ms: list[float], bw_ms: list[float], tensors: list[SimTensor], l
         # further behind with every call: some call waits for the excess.
         behind = max(0.0, spill - previous.d2h_spill_ms) if previous is not FIRST_CALL else 0.0
         stall, t = stall + behind, t + behind
+    if hosted and lanes.settle_lead and not chained and t - host < lead_fw:
+        # A forward starts with the work the step before left queued, and this step leaves
+        # less: in steady state that is its head start.
+        settled = dataclasses.replace(lanes, host_lead_ms=(max(0.0, t - host), lead_bw), settle_lead=False)
+        return simulate(fw_ms, bw_ms, tensors, settled, record=record, bw_out_bytes=bw_out_bytes,
+                        slowed=slowed, transients=transients, previous=previous)
     step = t
     if hosted and lanes.without_host_scale:  # the GPU's own step, against nothing moved's
         own = simulate(fw_ms, bw_ms, tensors, dataclasses.replace(
