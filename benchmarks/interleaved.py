@@ -16,8 +16,11 @@ turn, the order rotated every round, then one synchronised step of each, whose h
 time to issue it is recorded. A strategy's ratio is the median, over rounds, of its
 back-to-back step over the first strategy's in the same round (paired: a slow spell of
 the host falls on both), with its range. Strategies: ``inductor``, ``offload:auto``,
-``offload:B`` (a fraction in (0, 1] or bytes with a unit) and ``offload:none`` (the
-backend with nothing moved). On CUDA each round's synchronised step also records its
+``offload:B`` (a fraction in (0, 1] or bytes with a unit), ``offload:none`` (the
+backend with nothing moved), and ``sac`` and ``full_ac`` (Inductor, each repeated block
+under selective or full activation checkpointing, as ``compare`` runs them: the blocks
+are ``--blocks``, a dotted path, or the largest ``nn.ModuleList``; these run on a copy
+of the model with the same weights, since checkpointing wraps the blocks' forwards). On CUDA each round's synchronised step also records its
 activation memory: the allocator's peak over the step less what was allocated before it
 (``compare``'s act GiB); the table gives its median and its ratio to the first strategy's.
 
@@ -44,16 +47,35 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+#: Strategies that checkpoint the repeated blocks (Inductor), and how ``compare`` wraps them.
+CHECKPOINTED = {"sac": "sac", "full_ac": "full"}
+
+
+def strategy_model(strategy: str, model, blocks: str | None):
+    """The module ``strategy`` compiles: ``model`` itself, or for ``sac`` and ``full_ac`` a
+    copy (same weights) whose blocks (``blocks``: a dotted path; ``None``: the largest
+    ``nn.ModuleList``) run under checkpointing."""
+    if strategy not in CHECKPOINTED:
+        return model
+    import copy
+
+    from offload_compiler.compare.run import find_blocks, wrap_blocks
+
+    twin = copy.deepcopy(model)
+    wrap_blocks(find_blocks(twin, blocks), CHECKPOINTED[strategy])
+    return twin
+
+
 def backend_options(strategy: str, extra: dict[str, Any]) -> dict[str, Any] | None:
     """The backend's options for ``strategy`` (``None``: Inductor); a bad name raises,
     naming the valid ones."""
     from offload_compiler.config import OffloadConfig, budget_from_text
 
-    if strategy == "inductor":
+    if strategy in CHECKPOINTED or strategy == "inductor":
         return None
     base, _, arg = strategy.partition(":")
-    valid = ("valid strategies: inductor, offload:auto, offload:none, offload:B (B a fraction in "
-             "(0, 1] or bytes with a unit)")
+    valid = ("valid strategies: inductor, sac, full_ac, offload:auto, offload:none, offload:B (B a "
+             "fraction in (0, 1] or bytes with a unit)")
     if base != "offload" or not arg:
         raise ValueError(f"unknown strategy {strategy!r}; {valid}")
     try:
@@ -82,7 +104,8 @@ def cuda_activation(device: str) -> tuple[Callable[[], int], Callable[[int], int
 def interleave(model, args: tuple, kwargs: dict, strategies: list[str], *, rounds: int, steps: int,
                warmup: int, device: str, extra: dict[str, Any] | None = None,
                host_profile: int = 0, say: Callable[[str], None] = print,
-               meter: tuple[Callable[[], int], Callable[[int], int]] | None = None) -> dict[str, Any]:
+               meter: tuple[Callable[[], int], Callable[[int], int]] | None = None,
+               blocks: str | None = None) -> dict[str, Any]:
     """Compile ``model`` under each strategy, settle each, time them in ``rounds`` rounds
     (module docstring); returns per strategy its rounds' back-to-back steps, host times,
     paired ratios to the first strategy and, with a ``meter`` (on CUDA:
@@ -96,11 +119,11 @@ def interleave(model, args: tuple, kwargs: dict, strategies: list[str], *, round
         if device.startswith("cuda"):
             torch.cuda.synchronize()
 
-    def stepper(fn):
+    def stepper(fn, owner):
         def step() -> None:
             out = fn(*args, **kwargs)
             (out if out.dim() == 0 else out.float().mean()).backward()
-            model.zero_grad(set_to_none=True)
+            owner.zero_grad(set_to_none=True)
         return step
 
     if meter is None and device.startswith("cuda"):
@@ -109,7 +132,8 @@ def interleave(model, args: tuple, kwargs: dict, strategies: list[str], *, round
     for s in strategies:
         options = backend_options(s, extra or {})
         backend = None if options is None else offload_compiler.make_backend(**options)
-        step = stepper(torch.compile(model) if backend is None else torch.compile(model, backend=backend))
+        owner = strategy_model(s, model, blocks)
+        step = stepper(torch.compile(owner) if backend is None else torch.compile(owner, backend=backend), owner)
         say(f"interleaved: {s}: compiling and settling...")
         t0 = time.perf_counter()
         for _ in range(warmup):
@@ -187,7 +211,11 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python benchmarks/interleaved.py", description=__doc__.split("\n\n")[0])
     p.add_argument("--model", required=True, help="module:function or file.py:function returning (model, inputs)")
     p.add_argument("--strategies", default="inductor,offload:auto",
-                   help="comma-separated: inductor, offload:auto, offload:none, offload:B; the first is the reference")
+                   help="comma-separated: inductor, sac, full_ac, offload:auto, offload:none, offload:B; "
+                        "the first is the reference")
+    p.add_argument("--blocks", default=None, metavar="PATH",
+                   help="dotted path of the repeated blocks sac and full_ac checkpoint (default: the "
+                        "largest nn.ModuleList)")
     p.add_argument("--device", default="cuda")
     p.add_argument("--dtype", default="bfloat16", help="the weights' dtype (float32 for models under autocast)")
     p.add_argument("--rounds", type=int, default=6)
@@ -216,6 +244,8 @@ def main(argv: list[str] | None = None) -> int:
             raise ValueError("--rounds, --steps and --warmup must be at least 1")
         if a.host_profile < 0:
             raise ValueError(f"--host-profile must be 0 (off) or more steps; got {a.host_profile}")
+        if a.blocks and not CHECKPOINTED.keys() & set(strategies):
+            raise ValueError("--blocks names the blocks sac and full_ac checkpoint; neither is in --strategies")
     except ValueError as e:
         p.error(str(e))
 
@@ -233,6 +263,13 @@ def main(argv: list[str] | None = None) -> int:
         dtype = getattr(torch, a.dtype)
         model, inputs = load_factory(a.model)()
         args, kwargs = split_inputs(inputs)
+        if CHECKPOINTED.keys() & set(strategies):
+            from offload_compiler.compare.run import find_blocks
+
+            try:
+                find_blocks(model, a.blocks)
+            except AttributeError:
+                raise ValueError(f"--blocks {a.blocks!r}: the model has no such attribute") from None
     except (ValueError, AttributeError) as e:
         p.error(str(e))
 
@@ -244,7 +281,7 @@ def main(argv: list[str] | None = None) -> int:
     model = model.to(a.device, dtype)
     args, kwargs = tuple(place(x) for x in args), {k: place(v) for k, v in kwargs.items()}
     got = interleave(model, args, kwargs, strategies, rounds=a.rounds, steps=a.steps, warmup=a.warmup,
-                     device=a.device, extra=extra, host_profile=a.host_profile)
+                     device=a.device, extra=extra, host_profile=a.host_profile, blocks=a.blocks)
     if a.json:
         Path(a.json).write_text(json.dumps(got, indent=1))
     for s, g in got.items():

@@ -74,6 +74,57 @@ def test_each_synchronised_step_records_its_activation_memory(tmp_path):
 
 
 
+BLOCKS_FACTORY = '''
+import torch
+from torch import nn
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.blocks = nn.ModuleList(nn.Sequential(nn.Linear(64, 256), nn.GELU(), nn.Linear(256, 64))
+                                    for _ in range(3))
+        self.head = nn.Linear(64, 1)
+
+    def forward(self, x):
+        for block in self.blocks:
+            x = x + block(x)
+        return self.head(x).mean()
+
+def make():
+    torch.manual_seed(0)
+    return Net(), (torch.randn(32, 64),)
+'''
+
+
+def test_sac_and_full_ac_run_on_a_copy_with_their_blocks_checkpointed(tmp_path, capsys):
+    """``sac`` and ``full_ac`` compile a copy of the model (the same weights) whose blocks
+    run under checkpointing, as ``compare`` wraps them; the reference model is untouched."""
+    import torch
+
+    factory = tmp_path / "blocks.py"
+    factory.write_text(BLOCKS_FACTORY)
+    from offload_compiler.reporting.explain_cli import load_factory
+
+    model, (x,) = load_factory(f"{factory}:make")()
+    forward = model.blocks[0].forward
+    twin = interleaved.strategy_model("full_ac", model, "blocks")
+    assert twin is not model and model.blocks[0].forward == forward  # the original unwrapped
+    assert twin.blocks[0].forward != twin.blocks[0].__class__.forward.__get__(twin.blocks[0])
+    assert all(torch.equal(a, b) for a, b in zip(model.parameters(), twin.parameters()))
+    assert interleaved.strategy_model("inductor", model, "blocks") is model
+    rc = interleaved.main(["--model", f"{factory}:make", "--device", "cpu", "--dtype", "float32",
+                           "--strategies", "inductor,sac,full_ac", "--blocks", "blocks", "--rounds", "1",
+                           "--steps", "1", "--warmup", "1"])
+    printed = capsys.readouterr().out
+    assert rc == 0, printed
+    table = printed[printed.index("strategy"):]
+    assert "sac" in table and "full_ac" in table
+    with pytest.raises(SystemExit):
+        interleaved.main(["--model", f"{factory}:make", "--device", "cpu", "--strategies", "inductor,sac",
+                          "--blocks", "nowhere"])
+    assert "--blocks 'nowhere': the model has no such attribute" in capsys.readouterr().err
+
+
 def test_host_profile_lists_each_strategys_functions_by_own_time(tmp_path, capsys):
     factory = tmp_path / "tiny_mlp.py"
     factory.write_text(FACTORY)
@@ -95,7 +146,8 @@ def test_host_profile_lists_each_strategys_functions_by_own_time(tmp_path, capsy
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["--strategies", "inductor,sac"], "unknown strategy 'sac'; valid strategies: inductor, offload:auto"),
+    (["--strategies", "inductor,sca"], "unknown strategy 'sca'; valid strategies: inductor, sac, full_ac, offload:auto"),
+    (["--strategies", "inductor,offload:none", "--blocks", "layers"], "neither is in --strategies"),
     (["--strategies", "offload:magic"], "unknown strategy 'offload:magic'"),
     (["--strategies", "inductor,inductor"], "give each strategy once"),
     (["--offload-options", '{"copy_margin": 2}'], "copy_margin"),
