@@ -638,7 +638,8 @@ def _host_paced(plans, op_ms, kernels=None):
         ahead = (p.fw_compute_ms * kernels, p.bw_compute_ms * kernels) if kernels and call == KERNELS_AT else (None, None)
         return measure.Measured(call=call, fw_ms=fw, bw_ms=bw, stall_ms=0.0, host_fw_ms=fw, host_bw_ms=bw,
                                 host_transfer_ms=(ops * op_ms, ops * op_ms), transfer_ops=(ops, ops), held_before_bytes=0,
-                                step_peak_bytes=p.step_peak_bytes, peak_phase="backward", ahead_compute_ms=ahead)
+                                step_peak_bytes=p.step_peak_bytes, peak_phase="backward", ahead_compute_ms=ahead,
+                                queued_ms=(0.25, 0.0), allocations=(120, 80))
     return make
 
 
@@ -657,6 +658,8 @@ def test_a_paced_phase_is_timed_again_with_the_host_ahead_and_its_kernels_give_i
     assert fake.holds[KERNELS_AT] == pytest.approx((2.5 * fw + 2.0, 2.5 * bw + 2.0))
     assert first.measured.ahead_compute_ms == pytest.approx((1.3 * p.fw_compute_ms, 1.3 * p.bw_compute_ms))
     assert "with the host ahead: forward compute" in first.measured_text()
+    assert "transfer ops; 120 and 80 device allocations)" in first.measured_text()
+    assert "GPU work queued when the forward started 0.25 ms, when the backward started 0.00 ms" in first.measured_text()
     assert second.corrections["fw_scale"] == pytest.approx(1.3) and second.corrections["bw_scale"] == pytest.approx(1.3)
 
 
@@ -1184,18 +1187,21 @@ def test_a_timed_call_measures_the_hosts_time_and_its_transfer_ops_part(monkeypa
     timing events are made before the call (``events``), not inside it."""
     import time
 
-    _FakeAllocator().install(monkeypatch)
+    gpu = _FakeAllocator()
+    gpu.install(monkeypatch)
     rec = measure.CudaRecorder(torch.device("cuda", 0), 3, "time", intervals=2)
     assert len(rec.spare) == 4
     op = measure.host_timed(lambda: time.sleep(0.02))
     op()  # not measured: no call is
     rec.probe("fw_start")
     time.sleep(0.03)  # the forward's own kernels
+    gpu.alloc(100), gpu.alloc(200)
     op()
     start = measure.copy_started(None)
     measure.copy_done(None, start, "d2h", 1 << 20)
     rec.probe("fw_end")
     rec.probe("bw_start")
+    gpu.alloc(300)
     op()
     op()
     rec.probe("bw_end")
@@ -1203,5 +1209,6 @@ def test_a_timed_call_measures_the_hosts_time_and_its_transfer_ops_part(monkeypa
     m = rec.result()
     assert m.transfer_ops == (1, 2) and len(rec.spare) == 2 and m.d2h_bytes == 1 << 20
     assert m.queued_ms == (1.0, 1.0)  # each phase's idle-stream event to its start (1 ms here)
+    assert m.allocations == (2, 1)  # the allocator's count at each phase's end less its start
     assert 20 <= m.host_transfer_ms[0] < 35 and 40 <= m.host_transfer_ms[1] < 70
     assert 50 <= m.host_fw_ms < 80 and m.host_transfer_ms[1] <= m.host_bw_ms < 70

@@ -92,6 +92,8 @@ class Measured:
     queued_ms: tuple[float | None, float | None] = (None, None)
     """GPU work queued ahead of the forward and of the backward when the host reached
     them (ms; ``None``: not measured): the host's head start on each phase."""
+    allocations: tuple[int, int] | None = None
+    """Device allocations made in the forward and the backward (each costs the host)."""
     timed_ms: tuple[float, ...] = ()
     """The step of each call timed for this measurement, in order; this one is the median
     call (:func:`typical`, of ``replanning.TIMED_CALLS``; fewer where a later timing
@@ -255,9 +257,8 @@ class CudaRecorder:
         if phase.endswith("_start") and self.what == "time":
             self.idle[phase] = torch.cuda.Event(enable_timing=True)
             self.idle[phase].record(_idle_stream(self.device))
-        event = torch.cuda.Event(enable_timing=True)
+        self.events[phase] = event = torch.cuda.Event(enable_timing=True)
         event.record(stream)
-        self.events[phase] = event
         active = self if phase in ("fw_start", "bw_start") and self.what != "memory" else None
         if phase.endswith("_start"):
             self.host[phase] = time.perf_counter()
@@ -325,9 +326,9 @@ class CudaRecorder:
             out.host_fw_ms, out.host_bw_ms = ms
             out.host_transfer_ms = tuple((op - own) * 1e3 for op, own in zip(self.op_s, self.own_s))
             out.transfer_ops = tuple(self.op_calls)
+        out.allocations = tuple(self.counts[f"{p}_end"][0] - self.counts[f"{p}_start"][0] for p in ("fw", "bw"))
         if len(self.idle) == 2:
-            out.queued_ms = tuple(max(0.0, self.idle[p].elapsed_time(self.events[p]))
-                                  for p in ("fw_start", "bw_start"))
+            out.queued_ms = tuple(max(0.0, self.idle[p].elapsed_time(self.events[p])) for p in ("fw_start", "bw_start"))
         if self.trace is not None:
             history.replay(self, out)
         return out
@@ -374,9 +375,8 @@ def stall_after(stream: torch.cuda.Stream, before: torch.cuda.Event) -> None:
 
 @functools.cache
 def _idle_stream(device: torch.device) -> torch.cuda.Stream:
-    """A stream nothing else runs on (high priority: not one of the pool's streams the
-    compute and copy streams may share a hardware queue with): an event recorded on it
-    completes as soon as the GPU sees it."""
+    """A stream nothing else runs on (high priority: not in the pool the compute and copy
+    streams share hardware queues from): its events complete as soon as the GPU sees them."""
     return torch.cuda.Stream(device, priority=-1)
 
 
