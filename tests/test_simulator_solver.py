@@ -444,7 +444,7 @@ def test_a_step_the_host_paces_to_its_end_leaves_the_next_forward_no_head_start(
     assert cold.fw_ms == pytest.approx(12.4) and cold.step_ms == pytest.approx(22.5)
     queued = simulate(fw, bw, ts, dataclasses.replace(lanes, host_lead_ms=(5.0, 0.0)))
     assert queued.fw_ms == pytest.approx(12.3) and queued.step_ms == pytest.approx(22.4)
-    as_measured = simulate(fw, bw, ts, dataclasses.replace(lanes, host_lead_ms=(5.0, 0.0), settle_lead=False))
+    as_measured = simulate(fw, bw, ts, dataclasses.replace(lanes, host_lead_ms=(5.0, 0.0), bound_lead=False))
     assert as_measured.fw_ms == pytest.approx(8.0)  # a measured plan, fitted: its own head start
     # Work queued when the backward starts: a head start from where the host is free
     # (it finished issuing the forward 0.4 ms before the GPU ran it), not before.

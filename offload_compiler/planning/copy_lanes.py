@@ -49,7 +49,7 @@ class Lanes:
     before the GPU can begin the phase, so a phase the host issues slower than it runs
     is paced by the host only once that lead is spent. ``None``: not measured (the host
     starts with the forward and issues the backward straight after it)."""
-    settle_lead: bool = True
+    bound_lead: bool = True
     """Bound the forward's head start by what the simulated step leaves queued at its end
     (simulated again once with that, where less). ``False`` where a measured plan is
     simulated with its own measured head start (fitting, re-predicting it)."""

@@ -271,7 +271,7 @@ def repredicted(predicted: Any, resimulate: Callable[..., Any], planned_with: Co
     with ``corrections``."""
     k = (corrections.fw_scale / planned_with.fw_scale, corrections.bw_scale / planned_with.bw_scale)
     final = resimulate(*k, host_us=corrections.host_us, op_host_us=corrections.op_host_us,
-                       host_lead_ms=corrections.queued_ms, settle_lead=False, **corrections.hardware())
+                       host_lead_ms=corrections.queued_ms, bound_lead=False, **corrections.hardware())
     unmodelled = corrections.unmodelled_bytes - planned_with.unmodelled_bytes
     return dataclasses.replace(
         predicted, peak_time_ms=final.peak_time_ms, step_peak_bytes=predicted.step_peak_bytes + unmodelled,
@@ -316,7 +316,7 @@ def corrected(previous: Corrections, predicted: Any, measured: Any,
         changes["h2d_gbps"] = measured.h2d_gbps
     lanes = {"host_us": changes.get("host_us", previous.host_us),
              "op_host_us": changes.get("op_host_us", previous.op_host_us),
-             "host_lead_ms": changes.get("queued_ms", previous.queued_ms), "settle_lead": False,
+             "host_lead_ms": changes.get("queued_ms", previous.queued_ms), "bound_lead": False,
              **{k: changes[k] for k in ("d2h_gbps", "h2d_gbps") if k in changes}}
     fits = resimulate is not None and measured.fw_ms > 0 and measured.bw_ms > 0 and not all(kept)
     if fits:

@@ -390,11 +390,11 @@ def simulate(fw_ms: list[float], bw_ms: list[float], tensors: list[SimTensor], l
         # further behind with every call: some call waits for the excess.
         behind = max(0.0, spill - previous.d2h_spill_ms) if previous is not FIRST_CALL else 0.0
         stall, t = stall + behind, t + behind
-    if hosted and lanes.settle_lead and not chained and t - host < lead_fw:
+    if hosted and lanes.bound_lead and not chained and t - host < lead_fw:
         # A forward starts with the work the step before left queued, and this step leaves
         # less: in steady state that is its head start.
-        settled = dataclasses.replace(lanes, host_lead_ms=(max(0.0, t - host), lead_bw), settle_lead=False)
-        return simulate(fw_ms, bw_ms, tensors, settled, record=record, bw_out_bytes=bw_out_bytes,
+        bounded = dataclasses.replace(lanes, host_lead_ms=(max(0.0, t - host), lead_bw), bound_lead=False)
+        return simulate(fw_ms, bw_ms, tensors, bounded, record=record, bw_out_bytes=bw_out_bytes,
                         slowed=slowed, transients=transients, previous=previous)
     step = t
     if hosted and lanes.without_host_scale:  # the GPU's own step, against nothing moved's

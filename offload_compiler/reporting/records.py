@@ -206,11 +206,12 @@ class GraphPlan:
                 parts.append(f"{way.upper()} {nbytes_text(getattr(m, f'{way}_bytes'))} at {gbps:.1f} GB/s"
                              + (f" vs {planned:.1f} planned" if planned else ""))
         if m.host_fw_ms is not None:  # the host's pace against the GPU's
+            within = f"{sum(m.host_transfer_ms):.2f} ms in {sum(m.transfer_ops)} transfer ops"
             made = getattr(m, "allocations", None)
+            if made:
+                within += f"; {made[0]} and {made[1]} device allocations"
             parts.append(f"host issued the forward in {m.host_fw_ms:.2f} ms and the backward in "
-                         f"{m.host_bw_ms:.2f} ms ({sum(m.host_transfer_ms):.2f} ms in "
-                         f"{sum(m.transfer_ops)} transfer ops" + (f"; {made[0]} and {made[1]} device "
-                                                                  "allocations" if made else "") + ")")
+                         f"{m.host_bw_ms:.2f} ms ({within})")
         queued = getattr(m, "queued_ms", (None, None))
         if queued[0] is not None:  # the host's head start on each phase
             parts.append(f"GPU work queued when the forward started {queued[0]:.2f} ms, "
