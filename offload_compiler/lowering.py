@@ -40,31 +40,19 @@ fusion, moves each op that starts a copy (``d2h``, ``h2d``, ``prefetch_next`` an
 token forms) back up to the next extern kernel after what it depends on, as the plan
 placed it; the ops that wait for a copy stay where Inductor put them.
 
-Inductor's buffer pool (``allow_buffer_reuse``) keeps a dead buffer for a later one of
-its size wherever its own estimate of the graph's peak allows (``AllocateLine.
-should_reuse_buffer``: the buffer's size plus the estimate's largest value in between
-at most the estimate's peak). In a graph with transfer ops that estimate is wrong twice.
-It sizes Inductor's buffers only in the peak-memory reordering, off for these graphs, so
-only the graph's inputs count; and it sizes them on any device, so the offloaded
-tensors' host copies (inputs of backward) count as device memory. Its peak is then at
-backward's start, and holding a dead buffer later looks free: on HF Llama the pool held
-six dead 176 MiB buffers through a layer's attention backward, above the real peak of a
-plan that offloads (``benchmarks/RESULTS.md``, session 36). Compiled without the pool
-instead, a plan paid on the host: ResNet-50's forward made 616 allocations against 327
-(session 38). :func:`compile_inner` keeps the pool and gives it :func:`device_peak`:
-every buffer sized, none on the host counted (a ``d2h``'s result, an ``h2d``'s source).
-The planner's step peak replays the pool with the simulator's device memory as the
-estimate (``planning/step_peak.py``), the same rule. On a torch without the pieces it
-reads (:func:`pools_transfer_graphs` false) such a graph is compiled without the pool,
-and the planner plans it so (``Lanes.pooled_with_copies``).
+A graph with transfer ops is also compiled without Inductor's buffer pool
+(``allow_buffer_reuse``): Inductor keeps a dead buffer for a later one of its size
+wherever its own estimate of the graph's peak allows, and that estimate counts the
+offloaded tensors' host copies as device memory, so it holds dead buffers across the
+real peak of a plan that offloads (``planning/step_peak.py``; on HF Llama, six dead 176
+MiB buffers through a layer's attention backward). The CUDA caching allocator then
+takes each freed buffer back for the next one of its size.
 """
 
 from __future__ import annotations
 
-import contextlib
-import itertools
 import logging
-from typing import Any, Callable, Iterator
+from typing import Any
 
 from passes.nodes import is_transfer
 
@@ -117,109 +105,20 @@ def compile_inner(gm, example_inputs, **kwargs: Any):
     """Inductor's ``compile_fx_inner`` for one graph of the backend's (forward or
     backward, compiled inside ``compile_fx``): a graph with transfer ops is compiled
     without Inductor's peak-memory reordering, so its copies are issued where the plan
-    put them, and with its buffer pool planned on device memory only (see the module
-    docstring); any other graph as Inductor would."""
+    put them, and without its buffer pool (see the module docstring); any other graph
+    as Inductor would."""
     from torch._inductor import config
     from torch._inductor.compile_fx import compile_fx_inner
 
     patches: dict[str, Any] = {}
-    estimate: contextlib.AbstractContextManager = contextlib.nullcontext()
     if any(is_transfer(n) for n in gm.graph.nodes):
         patches["reorder_for_peak_memory"] = False
-        if pools_transfer_graphs():
-            estimate = _device_estimate()
-        else:
-            patches["allow_buffer_reuse"] = False
+        patches["allow_buffer_reuse"] = False
         if hasattr(config, "_post_fusion_custom_pass"):
             patches["_post_fusion_custom_pass"] = _issue_early_pass(config._post_fusion_custom_pass)
     # The backward compiles at its first call, outside the backend's compile scope.
-    with fewer_collections(), config.patch(patches), estimate:
+    with fewer_collections(), config.patch(patches):
         return compile_fx_inner(gm, example_inputs, **kwargs)
-
-
-def pools_transfer_graphs() -> bool:
-    """Whether this torch has what :func:`device_peak` reads (its memory timeline, and
-    the pool's estimate it replaces): a graph with transfer ops keeps Inductor's buffer
-    pool; otherwise it is compiled without it."""
-    try:
-        from torch._inductor import ir, memory
-        from torch._inductor.codegen import wrapper
-    except ImportError:  # pragma: no cover - torch without these internals
-        return False
-    return (callable(getattr(memory, "compute_memory_timeline", None))
-            and callable(getattr(memory, "assign_memory_planning_info_for_scheduler_buffers", None))
-            and callable(getattr(memory, "estimate_peak_memory", None))
-            and hasattr(memory, "FreeableInputBuffer") and hasattr(ir, "MultiOutput")
-            and hasattr(wrapper, "EfficientPeakEstimate"))
-
-
-@contextlib.contextmanager
-def _device_estimate() -> Iterator[None]:
-    """Inductor's pool plans with :func:`device_peak` while a graph compiles. Its
-    estimate (``codegen/wrapper.py``, ``EfficientPeakEstimate``) imports
-    ``memory.estimate_peak_memory`` when each graph's code is generated; the scheduler's
-    own reordering, off for these graphs, bound its name at import."""
-    from torch._inductor import memory
-
-    inductors = memory.estimate_peak_memory
-    memory.estimate_peak_memory = device_peak
-    try:
-        yield
-    finally:
-        memory.estimate_peak_memory = inductors
-
-
-def device_peak(nodes: list, name_to_freeable_input_buf: dict, graph_outputs) -> tuple[int, list[int]]:
-    """``memory.estimate_peak_memory`` (the peak, and the memory at each scheduler node)
-    over device memory, every buffer sized: a buffer on the host of a graph that
-    computes on a GPU (an offloaded tensor's copy, written by a ``d2h`` or read by an
-    ``h2d``) counts nothing, and a graph output is held to the end. Inductor sizes its
-    buffers for the estimate only in its peak-memory reordering, off for these graphs:
-    without it each buffer counts nothing, only the graph's inputs do."""
-    from torch._inductor import ir, memory
-    from torch._inductor.virtualized import V
-
-    memory.assign_memory_planning_info_for_scheduler_buffers(nodes, V.graph.scheduler.name_to_buf)
-    infos, _, _ = memory.compute_memory_timeline(nodes, name_to_freeable_input_buf, graph_outputs)
-    inputs = V.graph.graph_inputs
-    on_gpu = any(t != "cpu" for t in V.graph.device_types)  # else host and device are one
-
-    def device_of(buf):
-        node = inputs.get(buf.get_name()) if isinstance(buf, memory.FreeableInputBuffer) else buf.node
-        return None if node is None or not on_gpu else node.get_device()
-
-    def packed_in(buf) -> str | None:
-        node = getattr(buf, "node", None)
-        return node.inputs[0].get_name() if isinstance(node, ir.MultiOutput) and node.inputs else None
-
-    return device_curve(infos, len(nodes), device_of, packed_in)
-
-
-def device_curve(infos: list, num_steps: int, device_of: Callable[[Any], Any],
-                 packed_in: Callable[[Any], "str | None"]) -> tuple[int, list[int]]:
-    """The peak and the memory at each step of Inductor's buffer timeline ``infos``
-    (``memory.BufferInfo``: a buffer, its bytes allocated and freed, its first and last
-    step; last -1 for a graph output, held to the end), counting only buffers not on
-    the host (``device_of(buffer)``'s type not ``"cpu"``). A kernel's packed outputs
-    (``packed_in(output)``: the name of the buffer a kernel with several outputs
-    allocates for them all) allocate only their device outputs' bytes."""
-    def on_host(buf) -> bool:
-        device = device_of(buf)
-        return device is not None and device.type == "cpu"
-
-    host_out: dict[str, int] = {}  # packed buffer -> bytes of its outputs on the host
-    for info in infos:
-        if on_host(info.buffer) and (packed := packed_in(info.buffer)) is not None:
-            host_out[packed] = host_out.get(packed, 0) + info.size_free
-    delta = [0] * (num_steps + 1)
-    for info in infos:
-        if on_host(info.buffer):
-            continue
-        delta[info.start_step] += info.size_alloc - host_out.get(info.buffer.get_name(), 0)
-        if info.end_step != -1:
-            delta[info.end_step + 1] -= info.size_free
-    curve = list(itertools.accumulate(delta))
-    return max(0, *curve), curve
 
 
 def _issue_early_pass(previous):

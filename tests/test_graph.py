@@ -1,7 +1,6 @@
 """Graph tests: the transfer nodes, their order, their metadata and Inductor's code."""
 
 import re
-from types import SimpleNamespace
 
 import pytest
 import torch
@@ -390,144 +389,37 @@ def _dead_buffers_amid_a_copy(host, a, w):
     return (x * r.sum(),)
 
 
-def _pooled_reuses(code: str) -> list[str]:
-    """Buffers Inductor's pool hands on in ``code``: a reuse whose new name is not the
-    in-place output (the first argument) of the kernel right after it, as Inductor's
-    in-place reuse is."""
-    lines = [line.strip() for line in code.splitlines() if line.strip() and not line.strip().startswith("#")]
-    return [m.group(1) for i, line in enumerate(lines[:-1])
-            if (m := re.match(r"(\w+) = (\w+); del \2  # reuse$", line))
-            and not re.match(rf"\w+\({m.group(1)}[,)]", lines[i + 1])]
-
-
-def test_a_graph_with_transfers_keeps_inductors_buffer_pool():
-    """A graph with transfer ops keeps Inductor's buffer pool (ResNet-50's forward
-    without it made 616 allocations against 327, session 38): it hands ``p``'s dead
-    buffer to ``q``, and the result is the same. Its estimate sizes every buffer
-    (``lowering.device_peak``); Inductor's own, without its peak-memory reordering (off
-    for these graphs, as here), sizes only the graph's inputs. (On a GPU the estimate
-    leaves out host memory: ``test_the_pools_estimate_counts_device_memory_only`` and the
-    GPU test after it.)"""
-    from torch._inductor import memory
-    from torch.fx.experimental.proxy_tensor import make_fx
-
-    from offload_compiler import lowering
-
-    assert lowering.pools_transfer_graphs()  # torch 2.11 and 2.13 have what it reads
-    args = [torch.randn(512, 512), torch.randn(512, 512), torch.randn(512, 512)]
-    gm = make_fx(_dead_buffers_amid_a_copy)(*args)
-    peaks = []
-    real = lowering.device_peak
-
-    def seen(*a):
-        peaks.append(real(*a))
-        return peaks[-1]
-
-    with torch._inductor.config.patch(allow_buffer_reuse=True), \
-            pytest.MonkeyPatch.context() as mp:
-        mp.setattr(lowering, "device_peak", seen)
-        out, (code,) = run_and_get_code(lambda: lowering.compile_inner(gm, list(args))(list(args)))
-    assert memory.estimate_peak_memory is not seen  # Inductor's own again after the compile
-    assert len(peaks) == 1 and peaks[0][0] >= 3 * 512 * 512 * 4  # x, p and m at once at least
-    assert _pooled_reuses(code) != [], code
-    torch.testing.assert_close(out[0], _dead_buffers_amid_a_copy(*args)[0], rtol=1e-4, atol=1e-3)
-
-
-def test_without_the_estimates_pieces_a_graph_with_transfers_has_no_pool(monkeypatch):
-    """On a torch without what ``device_peak`` reads, a graph with transfer ops is
-    compiled without the pool (every dead buffer freed), and the planner plans it so."""
-    from torch.fx.experimental.proxy_tensor import make_fx
-
-    from offload_compiler import lowering
-    from offload_compiler.planning.facts import lanes_of
-    from offload_compiler.planning.hardware import profile_for
-
-    monkeypatch.setattr(lowering, "pools_transfer_graphs", lambda: False)
-    args = [torch.randn(512, 512), torch.randn(512, 512), torch.randn(512, 512)]
-    gm = make_fx(_dead_buffers_amid_a_copy)(*args)
-    with torch._inductor.config.patch(allow_buffer_reuse=True):
-        out, (code,) = run_and_get_code(lambda: lowering.compile_inner(gm, list(args))(list(args)))
-        assert torch._inductor.config.allow_buffer_reuse  # restored after the compile
-    assert _pooled_reuses(code) == [], code
-    torch.testing.assert_close(out[0], _dead_buffers_amid_a_copy(*args)[0], rtol=1e-4, atol=1e-3)
-    assert not lanes_of(profile_for(torch.device("cpu"))).pooled_with_copies
-
-
-def _held_across_the_device_peak(host, a, w, w2):
-    # A reload made first (its 64 MiB host copy dies there), then ``p`` (4 MiB) dies at
-    # the first matmul, ``g`` (16 MiB, twice: the concatenation and its cosine) is the
-    # device peak, and ``q`` of ``p``'s size is made after it.
-    x = torch.ops.offload.h2d(host, a, "cuda", None)
-    torch.ops.offload.wait(x)
-    p = (a * 2).sin()
-    m = torch.mm(p, w)
-    g = torch.cat([m] * 4, dim=1).cos()
-    s = torch.mm(g, w2).sum() + g.sum()
-    q = (m * 3).cos() + s
-    r = torch.mm(q, w)
-    return (x.sum() * r.sum(),)
-
-
-@pytest.mark.gpu
-def test_on_a_gpu_the_pool_does_not_hold_a_dead_buffer_across_the_device_peak(monkeypatch):
-    """The backend's estimate (``lowering.device_peak``) puts this graph's peak at ``g``
-    (the reload's 64 MiB, ``g``'s 32, ``m`` and the weights): holding ``p``'s dead
-    buffer through it for ``q`` would raise it, so ``p`` is freed where it dies. The
-    test's premises, each a way the pool held dead buffers across the real peak (HF
-    Llama's six 176 MiB buffers, session 36): Inductor's own estimate without its
-    peak-memory reordering (only the inputs sized) holds it, and so does one that sizes
-    every buffer but counts the host copy (136 MiB at the start)."""
+@pytest.mark.parametrize("compile_inner", ["backend", "inductor"])
+def test_a_graph_with_transfers_is_compiled_without_inductors_buffer_pool(compile_inner):
+    """Inductor's pool keeps a dead buffer for a later one of its size where its own
+    estimate of the peak allows; that estimate counts offloaded tensors' host copies as
+    device memory, and on HF Llama the pool held six dead 176 MiB buffers across the
+    real peak of a plan that offloads (``planning/step_peak.py``, session 36). The
+    backend compiles a graph with transfer ops without the pool: every dead buffer is
+    freed and the next one allocated. ``inductor``: Inductor's own inner compile reuses
+    the dead buffer in the same graph (the test's premise)."""
     from torch._inductor.compile_fx import compile_fx_inner
     from torch.fx.experimental.proxy_tensor import make_fx
 
     from offload_compiler import lowering
 
-    n = 1024
-    args = [torch.randn(4 * n, 4 * n), *(torch.randn(n, n, device="cuda") for _ in range(2)),
-            torch.randn(4 * n, 16, device="cuda")]
-    gm = make_fx(_held_across_the_device_peak)(*args)
-
-    def reuses(inner):
-        with torch._inductor.config.patch(allow_buffer_reuse=True, reorder_for_peak_memory=False):
-            out, (code,) = run_and_get_code(lambda: inner(gm, list(args))(list(args)))
-        torch.testing.assert_close(out[0], _held_across_the_device_peak(*args)[0], rtol=1e-2, atol=1e-2)
-        return set(_pooled_reuses(code))
-
-    backend, alone = reuses(lowering.compile_inner), reuses(compile_fx_inner)
-    curve = lowering.device_curve
-    monkeypatch.setattr(lowering, "device_curve", lambda infos, n, _, packed: curve(infos, n, lambda b: None, packed))
-    counting_host = reuses(lowering.compile_inner)
-    held = alone - backend  # ``q``, given ``p``'s buffer
-    assert len(held) == 1 and held <= counting_host, (backend, alone, counting_host)
-
-
-def _info(name, alloc, start, end, device="cuda", packed=None, free=None):
-    buf = SimpleNamespace(get_name=lambda: name, device=torch.device(device), packed=packed)
-    return SimpleNamespace(buffer=buf, size_alloc=alloc, size_free=alloc if free is None else free,
-                           start_step=start, end_step=end)
-
-
-def test_the_pools_estimate_counts_device_memory_only():
-    """``lowering.device_curve`` on Inductor's buffer timeline: a host buffer (an input
-    an ``h2d`` reads, a ``d2h``'s output) counts nothing, a kernel whose packed outputs
-    include a host one allocates only its device outputs, a graph output is held to the
-    end; Inductor's own estimate counted the host copy from step 0 and put the peak
-    there (the pool then held dead buffers across the real one)."""
-    from offload_compiler import lowering
-
-    infos = [
-        _info("host", 64, 0, 1, device="cpu"),      # a host copy, reloaded at step 1
-        _info("x", 64, 1, 4),                        # its reload
-        _info("g", 32, 2, 2),                        # the device peak, at step 2
-        _info("d2h", 16, 3, 3, free=0),              # a kernel's packed outputs ...
-        _info("copy", 0, 3, -1, device="cpu", packed="d2h", free=16),  # ... one on the host
-    ]
-    peak, curve = lowering.device_curve(infos, 5, lambda b: b.device, lambda b: b.packed)
-    assert curve == [0, 64, 96, 64, 64, 0]
-    assert peak == 96
-    # Inductor's sizes: the host copy's 64 from step 0, its packed copy's 16 to the end.
-    everything = sum(i.size_alloc for i in infos[:2])
-    assert everything == 128 > peak
+    args = [torch.randn(512, 512), torch.randn(512, 512), torch.randn(512, 512)]
+    gm = make_fx(_dead_buffers_amid_a_copy)(*args)
+    inner = lowering.compile_inner if compile_inner == "backend" else compile_fx_inner
+    with torch._inductor.config.patch(allow_buffer_reuse=True):
+        out, (code,) = run_and_get_code(lambda: inner(gm, list(args))(list(args)))
+    # A buffer the pool hands on: a reuse whose new name is not the in-place output
+    # (the first argument) of the kernel right after it, as Inductor's in-place reuse is.
+    lines = [line.strip() for line in code.splitlines() if line.strip() and not line.strip().startswith("#")]
+    reused = [m.group(1) for i, line in enumerate(lines[:-1])
+              if (m := re.match(r"(\w+) = (\w+); del \2  # reuse$", line))
+              and not re.match(rf"\w+\({m.group(1)}[,)]", lines[i + 1])]
+    if compile_inner == "backend":
+        assert reused == [], code
+        assert torch._inductor.config.allow_buffer_reuse  # restored after the compile
+        torch.testing.assert_close(out[0], _dead_buffers_amid_a_copy(*args)[0], rtol=1e-4, atol=1e-3)
+    else:
+        assert reused, code
 
 
 def test_moving_copies_up_keeps_every_dependency_in_order():

@@ -365,7 +365,7 @@ def test_the_step_peaks_holders_name_what_is_live_there_and_sum_to_it():
     assert step_peak_of([(0.0, 0, 2 * MB)], spans, [(0.0, 1.0), (1.0, 2.0)], 2) == (peak, _)
 
 
-def test_an_offload_plan_pools_on_device_memory_only():
+def test_an_offload_plan_frees_what_inductors_pool_would_hold_for_its_estimate():
     # One forward op, five backward ops (global 1..5). A (6 MB) is read by bw op 0
     # (global 1). In backward, P (4 MB) dies at op 2, G (3 MB) lives at op 3, and Q
     # (4 MB, P's key) is allocated at op 4.
@@ -374,16 +374,13 @@ def test_an_offload_plan_pools_on_device_memory_only():
     # would make 7 MB there: P is freed, and the step peak is 6 MB.
     kept = simulate([1], [1] * 5, [T("A", 6 * MB, 0, 0, 0, 0)], LANES, transients=trans)
     assert kept.step_peak_bytes == 6 * MB
-    # A offloaded (copies take no time). Inductor's own estimate would count A's host
-    # copy, an input of backward, as 6 MB more at op 1 and hold P to op 3 (7 MB with
-    # G); the backend gives its pool an estimate of device memory only
-    # (``lowering.device_peak``), as the simulator's is: P is freed where it dies, and
-    # the step peak is A's 6 MB again. So it is without the pool (a torch where the
-    # backend cannot restrict the estimate: ``Lanes.pooled_with_copies`` false).
-    for pooled in (True, False):
-        lanes = Lanes(1e6, 1e6, pooled_with_copies=pooled)
-        off = simulate([1], [1] * 5, [T("A", 6 * MB, 0, 0, 0, 0, OFFLOAD)], lanes, transients=trans)
-        assert off.step_peak_bytes == 6 * MB
+    # A offloaded (copies take no time): Inductor's estimate would count A's host copy,
+    # an input of backward, as 6 MB more at op 1 and hold P to op 3 (7 MB with G). A
+    # plan that offloads is compiled without the pool (``lowering.compile_inner``): P
+    # is freed where it dies, and the step peak is A's 6 MB again.
+    off = simulate([1], [1] * 5, [T("A", 6 * MB, 0, 0, 0, 0, OFFLOAD)], Lanes(1e6, 1e6),
+                   transients=trans)
+    assert off.step_peak_bytes == 6 * MB
 
 
 def _hosted(host_us, op_host_us):

@@ -53,10 +53,6 @@ class Lanes:
     """Bound the forward's head start by what the simulated step leaves queued at its end
     (simulated again once with that, where less). ``False`` where a measured plan is
     simulated with its own measured head start (fitting, re-predicting it)."""
-    pooled_with_copies: bool = True
-    """A plan that offloads keeps Inductor's buffer pool where its graphs are pooled
-    (``lowering.compile_inner``, with an estimate of device memory only); ``False`` on a
-    torch where such a graph is compiled without it (``lowering.pools_transfer_graphs``)."""
     without_host_scale: float = 0.0
     """With a host lane (``host_us`` or ``op_host_us``) and this non-zero, a plan's
     ``step_ms`` is the larger of its step with the host and its step without it (the

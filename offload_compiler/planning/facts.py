@@ -216,12 +216,9 @@ def lanes_of(hw: HardwareProfile, copy_margin: float = 0.0, lead: float = COPY_L
     """The copy lanes the planner plans with: the profile's bandwidths less ``copy_margin``,
     and ``lead`` of slack per copy; ``chained``: the graph is one call of a chain
     (``per_block``)."""
-    from ..lowering import pools_transfer_graphs
-
     keep = 1.0 - copy_margin
     return Lanes(d2h_gbps=hw.d2h_gbps * keep, h2d_gbps=hw.h2d_gbps * keep, lead=lead,
-                 compute_slowdown=hw.copy_slowdown, chained=chained,
-                 pooled_with_copies=pools_transfer_graphs())
+                 compute_slowdown=hw.copy_slowdown, chained=chained)
 
 
 def final_simulation(facts: Facts, decisions: dict[str, Decision], lanes: Lanes) -> SimResult:

@@ -24,18 +24,18 @@ buffer is freed where it died. The step peak replays that pool over each graph
 (forward, backward) with the simulator's memory per op as the estimate. (:class:`Transient`
 carries the key and whether a buffer enters or leaves the pool.)
 
-Inductor's own estimate sizes every buffer on any device, so in a graph with transfer
-ops it would count the offloaded tensors' host copies as device memory (from their copy
-to the end of forward, from the start of backward to their reload) and put backward's
-peak at its start; against it, holding a dead buffer later in backward looked free, and
+A plan that offloads compiles its graphs without that pool (``lowering.compile_inner``:
+Inductor's ``allow_buffer_reuse`` off), and its step peak frees every buffer where it
+dies. Inductor's estimate sizes graph inputs and outputs on any device, so it counts
+the host copies of offloaded tensors as device memory (from their copy to the end of
+forward, from the start of backward to their reload) and puts backward's peak at its
+start; against that estimate, holding a dead buffer later in backward looks free, and
 the pool held dead buffers across the real peak: on HF Llama (8 layers, batch 4 of
 4096) at an activation budget of 0.125, six 176 MiB MLP buffers through a layer's
-attention backward, a step peak of 2.87 GiB measured (``benchmarks/RESULTS.md``,
-session 36). ``lowering.compile_inner`` therefore gives the pool of a graph with
-transfer ops an estimate of device memory only (``lowering.device_peak``), which is
-what this replay uses: the simulator's memory holds no host copy. On a torch where it
-cannot (``Lanes.pooled_with_copies`` false) such a graph has no pool, and a plan that
-offloads frees every buffer where it dies. Graphs the eager inner compiler runs have no
+attention backward, a step peak of 2.87 GiB measured (2.93 predicted) against 2.41
+predicted without the pool (``benchmarks/RESULTS.md``, session 36; measured 2.20 GiB
+without it in session 37). With the pool off the CUDA caching allocator takes each freed
+buffer back for the next one of its size. Graphs the eager inner compiler runs have no
 pool either (``facts.gather(pool=False)``: no transient carries a key).
 """
 
@@ -96,7 +96,7 @@ def levels_of(changes: list[tuple[float, int]], outs: list[int], bw_order: int, 
     backward's): ``(peak, peak_time, end_of_forward, between, curve, step_peak,
     step_peak_time)``. ``between`` is what is held after forward's last change; the
     step peak (with ``op_span`` and ``transients``) replays Inductor's buffer pool with
-    ``pool`` (the graphs are compiled with it, module docstring).
+    ``pool`` (the graphs are compiled with it: nothing offloaded, module docstring).
     ``holders``: a list to fill with what is live at the step peak (:func:`step_peak_of`)."""
     times, deltas = list(map(_TIME, changes)), list(map(_DELTA, changes))
     order = None if in_order else sorted(range(len(changes)), key=times.__getitem__)  # stable
