@@ -26,8 +26,9 @@ carries the key and whether a buffer enters or leaves the pool.)
 
 A plan that offloads compiles its graphs without that pool (``lowering.compile_inner``:
 Inductor's ``allow_buffer_reuse`` off), and its step peak frees every buffer where it
-dies. Inductor's estimate sizes graph inputs and outputs on any device, so it counts
-the host copies of offloaded tensors as device memory (from their copy to the end of
+dies. Inductor's estimate sizes only the graph's inputs there (its buffers are sized by
+the peak-memory reordering, off for these graphs), on any device, so it counts the host
+copies of offloaded tensors as device memory (from their copy to the end of
 forward, from the start of backward to their reload) and puts backward's peak at its
 start; against that estimate, holding a dead buffer later in backward looks free, and
 the pool held dead buffers across the real peak: on HF Llama (8 layers, batch 4 of
