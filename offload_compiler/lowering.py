@@ -40,13 +40,25 @@ fusion, moves each op that starts a copy (``d2h``, ``h2d``, ``prefetch_next`` an
 token forms) back up to the next extern kernel after what it depends on, as the plan
 placed it; the ops that wait for a copy stay where Inductor put them.
 
+The generated code calls each transfer op's Python kernel without the dispatcher
+(:func:`call_directly`, ``runtime.ops.direct``): on an H100 host that saved 3 to 4 us of
+each op's host time, four ops per offloaded tensor per step (``benchmarks/RESULTS.md``,
+session 39).
+
 A graph with transfer ops is also compiled without Inductor's buffer pool
 (``allow_buffer_reuse``): Inductor keeps a dead buffer for a later one of its size
-wherever its own estimate of the graph's peak allows, and that estimate counts the
-offloaded tensors' host copies as device memory, so it holds dead buffers across the
-real peak of a plan that offloads (``planning/step_peak.py``; on HF Llama, six dead 176
-MiB buffers through a layer's attention backward). The CUDA caching allocator then
-takes each freed buffer back for the next one of its size.
+wherever its own estimate of the graph's peak allows, and in such a graph that estimate
+is wrong twice. It sizes Inductor's buffers only in the peak-memory reordering (off for
+these graphs), so only the graph's inputs count; and it counts the offloaded tensors'
+host copies, inputs of backward, as device memory. Its peak is then at backward's start,
+and the pool held dead buffers across the real peak of a plan that offloads (on HF
+Llama, six dead 176 MiB buffers through a layer's attention backward;
+``planning/step_peak.py``). Session 39 tried keeping the pool with an estimate that sizes
+every buffer and leaves out host memory: HF Llama's step peak at budget 0.125 was 2.87
+GiB (predicted 2.95) against 2.20 without the pool, and ResNet-50's forward, with half
+the allocations (304 against 614), took the host no less time to issue
+(``benchmarks/RESULTS.md``, session 39). The CUDA caching allocator takes each freed
+buffer back for the next one of its size.
 """
 
 from __future__ import annotations
@@ -122,11 +134,26 @@ def compile_inner(gm, example_inputs, **kwargs: Any):
 
 
 def _issue_early_pass(previous):
-    """:func:`issue_early` as Inductor's post-fusion pass, after ``previous`` (a pass
-    already installed) if any."""
+    """:func:`issue_early` and :func:`call_directly` as Inductor's post-fusion pass, after
+    ``previous`` (a pass already installed) if any."""
     if _IssueEarly is None:  # pragma: no cover - a torch without keyed scheduler passes
-        return issue_early if previous is None else (lambda nodes: issue_early(previous(nodes)))
+        return lambda nodes: call_directly(issue_early(previous(nodes) if previous else nodes))
     return _IssueEarly(previous)
+
+
+def call_directly(nodes: list) -> list:
+    """``nodes`` (Inductor's scheduler nodes), each of the backend's ops among them to be
+    called in the generated code without the dispatcher: the name it is called by (the
+    fallback kernel's ``python_kernel_name``, ``torch.ops.offload.d2h.default``) with
+    ``ops.DIRECT`` after it (``ops.direct``)."""
+    for snode in nodes:
+        kernel = getattr(snode, "node", None)
+        op = getattr(kernel, "op_overload", None)
+        name = getattr(kernel, "python_kernel_name", None)
+        if (op is not None and hasattr(op, ops.DIRECT) and isinstance(name, str)
+                and name.startswith(f"torch.ops.{ops.NAMESPACE}.")):
+            kernel.python_kernel_name = f"{name}.{ops.DIRECT}"
+    return nodes
 
 
 try:
@@ -135,16 +162,16 @@ except ImportError:  # pragma: no cover
     _IssueEarly = None
 else:
     class _IssueEarly(CustomSchedulerPass):
-        """:func:`issue_early` after ``previous``. Defined here, not per compile, so that
-        it pickles (Inductor's FX graph cache pickles the config) and its ``uuid`` (this
-        file's hash, and the previous pass's) keys the cache: a plain function makes
-        Inductor refuse to cache the graph."""
+        """:func:`issue_early` and :func:`call_directly` after ``previous``. Defined here,
+        not per compile, so that it pickles (Inductor's FX graph cache pickles the
+        config) and its ``uuid`` (this file's hash, and the previous pass's) keys the
+        cache: a plain function makes Inductor refuse to cache the graph."""
 
         def __init__(self, previous=None) -> None:
             self.previous = previous
 
         def __call__(self, nodes: list) -> list:
-            return issue_early(self.previous(nodes) if self.previous is not None else nodes)
+            return call_directly(issue_early(self.previous(nodes) if self.previous is not None else nodes))
 
         def uuid(self) -> Any:
             before = self.previous.uuid() if isinstance(self.previous, CustomSchedulerPass) else None

@@ -55,6 +55,15 @@ def loopback(**options):
     return {**LOOPBACK, **options}
 
 
+def as_dispatched(code):
+    """Inductor's generated ``code`` with each direct call of a transfer op
+    (``torch.ops.offload.d2h.default._offload_direct(``, ``lowering.call_directly``)
+    written as the op's own call (``torch.ops.offload.d2h.default(``)."""
+    from offload_compiler.runtime import ops
+
+    return code.replace(f".{ops.DIRECT}(", "(")
+
+
 def assert_bitwise(a, b):
     la, ga = a
     lb, gb = b

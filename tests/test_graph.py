@@ -7,7 +7,7 @@ import torch
 from torch._inductor.utils import run_and_get_code
 
 import offload_compiler
-from helpers import backend, counts, loopback
+from helpers import as_dispatched, backend, counts, loopback
 from models import Attention, NormGeluMLP, Transposed
 from passes import transfer_meta, transfer_nodes
 from offload_compiler.runtime import ops
@@ -159,7 +159,8 @@ def test_inductor_code_keeps_ops_in_order():
     model, x = NormGeluMLP(), torch.randn(8, 32)
     b = backend(**loopback())
     compiled = torch.compile(model, backend=b)
-    _, (fw_code, bw_code) = run_and_get_code(lambda: compiled(x).backward())
+    _, codes = run_and_get_code(lambda: compiled(x).backward())
+    fw_code, bw_code = map(as_dispatched, codes)
     n = len(b.plans[0].offloaded)
     assert fw_code.count("torch.ops.offload.d2h.default(") == n
     assert fw_code.count("torch.ops.offload.release.default(") == n
@@ -264,7 +265,7 @@ def test_reloads_are_not_marked_unaligned():
     b = backend(**loopback(policy="all", min_offload_bytes=32 << 10))
     compiled = torch.compile(GPT(cfg), backend=b)
     _, codes = run_and_get_code(lambda: compiled(idx, tgt).backward())
-    bw = codes[-1]
+    bw = as_dispatched(codes[-1])
     assert bw.count("torch.ops.offload.h2d.default(") == len(b.plans[0].offloaded) > 10
     assert "(op: torch.ops.offload.h2d.default) is assumed to be not aligned" not in bw
 
@@ -333,6 +334,25 @@ def test_copies_stay_where_the_plan_put_them(compile_inner):
         assert h2d == mms[0] + 1 and d2h < mms[1], calls  # issued at their points in the graph
     else:
         assert h2d > mms[-1] and d2h > mms[-1], calls
+
+
+def test_the_generated_code_calls_each_transfer_op_without_the_dispatcher():
+    """Inductor's code for a graph with transfer ops calls each op's kernel directly
+    (``ops.direct``; 3 to 4 us less host time per op on an H100, session 39), and
+    computes what the graph does."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from offload_compiler import lowering
+
+    args = [torch.randn(256, 256), torch.randn(128, 128), torch.randn(64, 64) * 0.1, torch.randn(64, 64) * 0.1]
+    gm = make_fx(_copies_amid_work)(*args)
+    out, (code,) = run_and_get_code(lambda: lowering.compile_inner(gm, list(args))(list(args)))
+    called = re.findall(r"^\s+(?:buf\d+ = )?(torch\.ops\.offload\.[\w.]+)\(", code, re.M)
+    assert sorted(called) == sorted(f"torch.ops.offload.{op}.default.{ops.DIRECT}"
+                                    for op in ("d2h", "h2d", "wait", "release")), code
+    expected = _copies_amid_work(*args)
+    torch.testing.assert_close(out[0], expected[0], rtol=1e-4, atol=1e-3)  # Inductor's own kernels
+    assert torch.equal(out[1], expected[1])  # the host copy
 
 
 def _copy_amid_a_fusion(host, a, w):

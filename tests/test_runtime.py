@@ -261,3 +261,24 @@ def test_a_copy_stream_follows_compute_through_a_reused_event_per_thread(monkeyp
     thread.start()
     thread.join()
     assert seen and seen[0] is not first
+
+
+def test_a_direct_call_is_the_kernel_and_a_profiler_still_names_the_op():
+    """``ops.direct``: the kernel without the dispatcher, except while a profiler records
+    (the trace names ``offload::release``) or where keywords are passed (the dispatcher
+    binds them to the schema)."""
+    from offload_compiler.runtime import ops
+
+    seen = []
+    op = torch.ops.offload.release.default
+    call = ops.direct(op, lambda *args: seen.append(len(args)))
+    src, host = torch.randn(4), torch.empty(4)
+    call(src, host, None)
+    assert seen == [3]
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        call(src, host, None)
+    assert seen == [3]  # went through ``op``: its registered kernel ran, not this one
+    assert "offload::release" in {e.name for e in prof.events()}
+    call(src, host=host, anchor=None)
+    assert seen == [3]
+    assert getattr(op, ops.DIRECT).__name__ == "offload::release_direct"

@@ -43,7 +43,7 @@ slice with gaps) is packed contiguously on the host and ``h2d`` restores its str
 from __future__ import annotations
 
 import logging
-from typing import List, Optional
+from typing import Any, Callable, List, Optional
 
 import torch
 from torch import Tensor
@@ -271,15 +271,46 @@ _OPS = (
 )
 
 
+#: The attribute of each op's ``OpOverload`` that holds its kernel callable without the
+#: dispatcher (:func:`direct`); Inductor's code for a graph with transfer ops calls it
+#: (``lowering.call_directly``).
+DIRECT = "_offload_direct"
+
+
 def define(lib: torch.library.Library, entries) -> None:
     """Define each ``(schema, kernel, fake, tags)`` of ``entries`` in ``lib`` (this
-    namespace): the kernel for every backend, the fake for tracing. Shared by the token
-    ops (``graph_slots.py``) and the chain ops (``chain.py``)."""
+    namespace): the kernel for every backend, the fake for tracing, and the op's
+    :data:`DIRECT` call. Shared by the token ops (``graph_slots.py``) and the chain ops
+    (``chain.py``)."""
+    namespace = getattr(torch.ops, NAMESPACE)
     for schema, kernel, fake, tags in entries:
         name = schema.split("(", 1)[0]
         lib.define(schema, tags=tags)
         lib.impl(name, kernel, "CompositeExplicitAutograd")
         torch.library.register_fake(f"{NAMESPACE}::{name}", fake, lib=lib)
+        packet, _, overload = name.partition(".")
+        op = getattr(getattr(namespace, packet), overload or "default")
+        setattr(op, DIRECT, direct(op, kernel))
+
+
+def direct(op: torch._ops.OpOverload, kernel: Callable[..., Any]) -> Callable[..., Any]:
+    """``op``'s kernel called as Python, without the dispatcher: each transfer op is a
+    Python function behind a C++ dispatch, on the step's critical host path four times
+    per offloaded tensor. On an H100 host a ``d2h`` and ``release`` pair took 68.1 us
+    through the dispatcher and 60.7 us directly, an ``h2d`` and ``wait`` pair 34.0 and
+    27.7 us (``benchmarks/RESULTS.md``, session 39). The arguments are what
+    the dispatcher would pass: the graph's tensors, no mode or subclass to dispatch on
+    (the graph was traced through them). While a profiler records, the call goes
+    through ``op`` so that the trace names it (``offload::d2h``)."""
+    enabled = torch._C._autograd._profiler_enabled
+
+    def call(*args: Any, **kwargs: Any) -> Any:
+        if kwargs or enabled():
+            return op(*args, **kwargs)
+        return kernel(*args)
+
+    call.__name__ = call.__qualname__ = f"{op.name()}_direct"
+    return call
 
 
 define(_lib, _OPS)
