@@ -298,10 +298,11 @@ def direct(op: torch._ops.OpOverload, kernel: Callable[..., Any]) -> Callable[..
     Python function behind a C++ dispatch, on the step's critical host path four times
     per offloaded tensor. On an H100 host a ``d2h`` and ``release`` pair took 68.1 us
     through the dispatcher and 60.7 us directly, an ``h2d`` and ``wait`` pair 34.0 and
-    27.7 us (``benchmarks/RESULTS.md``, session 39). The arguments are what
-    the dispatcher would pass: the graph's tensors, no mode or subclass to dispatch on
-    (the graph was traced through them). While a profiler records, the call goes
-    through ``op`` so that the trace names it (``offload::d2h``)."""
+    27.7 us (``benchmarks/RESULTS.md``, session 39). Inductor's code passes plain
+    tensors (subclasses were traced through); a dispatch mode active around the
+    compiled call does not see these ops, as it does not see Inductor's own kernels.
+    While a profiler records, the call goes through ``op`` so that the trace names it
+    (``offload::d2h``); so does a call with keywords (the dispatcher binds them)."""
     enabled = torch._C._autograd._profiler_enabled
 
     def call(*args: Any, **kwargs: Any) -> Any:
