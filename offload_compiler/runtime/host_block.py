@@ -54,9 +54,10 @@ class HostBlock:
         return torch._C._storage_Use_Count(self.storage._cdata) > self.idle_uses
 
     def view(self, like: torch.Tensor) -> torch.Tensor:
-        """The block seen as a tensor with ``like``'s shape, strides and dtype."""
-        nbytes = like.numel() * like.element_size()
-        return self.buffer[:nbytes].view(like.dtype).as_strided(like.size(), like.stride())
+        """The block seen as a tensor with ``like``'s shape, strides and dtype (``like`` is
+        dense: its elements lie in the block's first bytes). Made in two calls, not three:
+        each is host time on every ``d2h``."""
+        return self.buffer.view(like.dtype).as_strided(like.size(), like.stride())
 
 
 def new_block(buffer: torch.Tensor, pinned: bool) -> HostBlock:
