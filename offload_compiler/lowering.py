@@ -127,18 +127,18 @@ def compile_inner(gm, example_inputs, **kwargs: Any):
         patches["reorder_for_peak_memory"] = False
         patches["allow_buffer_reuse"] = False
         if hasattr(config, "_post_fusion_custom_pass"):
-            patches["_post_fusion_custom_pass"] = _issue_early_pass(config._post_fusion_custom_pass)
+            patches["_post_fusion_custom_pass"] = _transfer_pass(config._post_fusion_custom_pass)
     # The backward compiles at its first call, outside the backend's compile scope.
     with fewer_collections(), config.patch(patches):
         return compile_fx_inner(gm, example_inputs, **kwargs)
 
 
-def _issue_early_pass(previous):
+def _transfer_pass(previous):
     """:func:`issue_early` and :func:`call_directly` as Inductor's post-fusion pass, after
     ``previous`` (a pass already installed) if any."""
-    if _IssueEarly is None:  # pragma: no cover - a torch without keyed scheduler passes
+    if _TransferPass is None:  # pragma: no cover - a torch without keyed scheduler passes
         return lambda nodes: call_directly(issue_early(previous(nodes) if previous else nodes))
-    return _IssueEarly(previous)
+    return _TransferPass(previous)
 
 
 def call_directly(nodes: list) -> list:
@@ -159,9 +159,9 @@ def call_directly(nodes: list) -> list:
 try:
     from torch._inductor.custom_graph_pass import CustomSchedulerPass, get_hash_for_files
 except ImportError:  # pragma: no cover
-    _IssueEarly = None
+    _TransferPass = None
 else:
-    class _IssueEarly(CustomSchedulerPass):
+    class _TransferPass(CustomSchedulerPass):
         """:func:`issue_early` and :func:`call_directly` after ``previous``. Defined here,
         not per compile, so that it pickles (Inductor's FX graph cache pickles the
         config) and its ``uuid`` (this file's hash, and the previous pass's) keys the

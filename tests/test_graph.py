@@ -475,9 +475,9 @@ def test_the_ordering_pass_keeps_inductors_graph_cache():
     from offload_compiler import lowering
 
     seen = []
-    made = lowering._issue_early_pass(None)
+    made = lowering._transfer_pass(None)
     assert pickle.loads(pickle.dumps(made)).uuid() == made.uuid()
-    chained = lowering._issue_early_pass(lambda nodes: seen.append(len(nodes)) or nodes)
+    chained = lowering._transfer_pass(lambda nodes: seen.append(len(nodes)) or nodes)
     assert chained([]) == [] and seen == [0]
 
 
