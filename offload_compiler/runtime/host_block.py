@@ -32,7 +32,8 @@ class HostBlock:
     pinned: bool
     storage: torch.UntypedStorage
     idle_uses: int
-    """Reference count of the storage while only the pool holds it."""
+    """Reference count of the storage while only the pool holds it (the buffer, the
+    storage object and the typed views of :meth:`view`)."""
     events: list = field(default_factory=list)
     """CUDA events of copies that touched the block since it was last handed out."""
     ready_event: object | None = None
@@ -43,10 +44,12 @@ class HostBlock:
     owner: Any = None
     """With token transfers (CUDA graphs): a ``StorageWeakRef`` of the token whose value
     the block holds; the block stays checked out while the token lives."""
-
-    @property
-    def nbytes(self) -> int:
-        return self.buffer.numel()
+    nbytes: int = 0
+    """The block's size in bytes (the buffer's length, read on every checkout)."""
+    typed: dict = field(default_factory=dict)
+    """The buffer seen as each dtype it has held, kept for :meth:`view`."""
+    marks: dict = field(default_factory=dict)
+    """The block's own completion events, by direction and device (:meth:`mark`)."""
 
     def in_use(self) -> bool:
         if self.owner is not None and not self.owner.expired():
@@ -55,15 +58,40 @@ class HostBlock:
 
     def view(self, like: torch.Tensor) -> torch.Tensor:
         """The block seen as a tensor with ``like``'s shape, strides and dtype (``like`` is
-        dense: its elements lie in the block's first bytes). Made in two calls, not three:
-        each is host time on every ``d2h``."""
-        return self.buffer.view(like.dtype).as_strided(like.size(), like.stride())
+        dense: its elements lie in the block's first bytes). One call on every ``d2h``
+        after the first of a dtype: the buffer seen as that dtype is kept on the block
+        (a use of the storage the pool's own, counted in :attr:`idle_uses`)."""
+        typed = self.typed.get(like.dtype)
+        if typed is None:
+            typed = self.typed[like.dtype] = self.buffer.view(like.dtype)
+            self.idle_uses += 1
+        return typed.as_strided(like.size(), like.stride())
+
+    def mark(self, stream: Any, direction: str) -> Any:
+        """Record the block's own event of ``direction`` (``"d2h"``, ``"h2d"``) on
+        ``stream`` and return it: one event per block, direction and device, recorded
+        again by each copy instead of a new one made (1.5 us of the host per copy on an
+        H100's host, ``benchmarks/RESULTS.md``, session 39). Safe to reuse: a wait takes
+        the event's last record at the time it is queued, and a later record on the
+        same stream is a later point of it, so a wait queued after it waits at most
+        longer, never less."""
+        key = (direction, stream.device_index)
+        event = self.marks.get(key)
+        if event is None:
+            event = self.marks[key] = torch.cuda.Event()
+        event.record(stream)
+        return event
+
+    def recorded_on(self, event: Any, direction: str, stream: Any) -> bool:
+        """Whether ``event`` is this block's own event of ``direction``, last recorded
+        on ``stream`` (each direction's events are recorded on its copy stream only)."""
+        return event is not None and self.marks.get((direction, stream.device_index)) is event
 
 
 def new_block(buffer: torch.Tensor, pinned: bool) -> HostBlock:
     """The block of a freshly allocated flat ``uint8`` host tensor, only the pool holding it."""
     storage = buffer.untyped_storage()
-    block = HostBlock(buffer=buffer, pinned=pinned, storage=storage, idle_uses=0)
+    block = HostBlock(buffer=buffer, pinned=pinned, storage=storage, idle_uses=0, nbytes=buffer.numel())
     block.idle_uses = torch._C._storage_Use_Count(storage._cdata)
     return block
 

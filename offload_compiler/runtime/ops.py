@@ -119,9 +119,10 @@ def _d2h_cuda(src: Tensor, like: Tensor) -> Tensor:
     host, block = got
     stream = streams.copy_stream(src.device, streams.D2H)
     streams.follow(stream, compute)
-    for event in block.events:  # earlier copies from/into this block are done
+    for event in block.events:  # copies that read this block since it was last filled are done
         stream.wait_event(event)
-    if block.ready_event is not None:
+    # The copy that last filled it: ordered already where this stream issued it.
+    if block.ready_event is not None and not block.recorded_on(block.ready_event, streams.D2H, stream):
         stream.wait_event(block.ready_event)
     start = measure.copy_started(stream) if measure.active is not None else None
     with streams.on(stream, compute):
@@ -129,9 +130,8 @@ def _d2h_cuda(src: Tensor, like: Tensor) -> Tensor:
         host.copy_(src, non_blocking=True)
     if start is not None:
         measure.copy_done(stream, start, "d2h", src.numel() * src.element_size())
-    done = streams.mark_ready(stream)
     block.events = []
-    block.ready_event = done
+    block.ready_event = block.mark(stream, streams.D2H)
     chain.note("d2h", src, host)
     return host
 
@@ -208,9 +208,12 @@ def issue_copy_to_device(host: Tensor, target: torch.device, stride: Optional[Li
         out.copy_(host, non_blocking=True)
     if start is not None:
         measure.copy_done(stream, start, "h2d", out.numel() * out.element_size())
-    done = streams.mark_ready(stream)
-    if block is not None:
-        block.events.append(done)
+    if block is None:
+        done = streams.mark_ready(stream)
+    else:
+        done = block.mark(stream, streams.H2D)
+        if all(e is not done for e in block.events):  # one per device: recorded again, listed once
+            block.events.append(done)
     _pending[out.untyped_storage().data_ptr()] = done
     return out
 
