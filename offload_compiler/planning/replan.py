@@ -36,15 +36,8 @@ inputs a measured call of the compiled graph (``runtime.measure.Measured``) corr
 
 :func:`disagreements` says whether a measurement is far enough from the prediction to
 plan again (``TOLERANCE``), :func:`trusted` whether it is near enough to be one of this
-plan (``MAX_TRUSTED_RATIO``), :func:`corrected` gives the new inputs, and :func:`worse`
-whether the new plan, measured in turn, did worse than the one it replaced.
-:func:`overhead` is a measured step's cost over the step with nothing moved, as a model
-corrected from a measurement predicts that one, and :func:`held_overhead` whether a
-re-plan gives way to the plan it replaced on it: how ``"auto"``'s ``max_overhead`` is
-held as measured. Both that and :func:`worse` compare the two plans' measurements as
-:func:`as_compared` gives them: each phase at least at the host's time to issue it
-(:func:`at_least_host`), the re-plan's at the host's pace of the plan it replaced
-(:func:`at_host_pace`).
+plan (``MAX_TRUSTED_RATIO``) and :func:`corrected` gives the new inputs; how the new
+plan, measured in turn, is judged against the one it replaced is ``judging.py``.
 """
 
 from __future__ import annotations
@@ -92,6 +85,9 @@ class Corrections:
     host_us: tuple[float, float] = (0.0, 0.0)
     op_host_us: tuple[float, float] = (0.0, 0.0)
     queued_ms: tuple[float, float] | None = None
+    overhead_margin: float = 0.0
+    """``"auto"``: what a re-plan measured over its predicted overhead (``judging.tightened``);
+    the search holds ``max_overhead`` less this."""
     measured_call: int | None = None
     """The call of the compiled graph these come from (``None``: not measured)."""
 
@@ -122,6 +118,8 @@ class Corrections:
         if self.queued_ms:
             text += (f", GPU work queued when the forward starts {self.queued_ms[0]:.2f} ms and "
                      f"the backward {self.queued_ms[1]:.2f} ms")
+        if self.overhead_margin:
+            text += f"; \"auto\" within max_overhead less {self.overhead_margin * 100:.1f}%"
         for name, gbps in (("D2H", self.d2h_gbps), ("H2D", self.h2d_gbps)):
             if gbps:
                 text += f"; {name} copies at {gbps:.1f} GB/s"
@@ -159,105 +157,6 @@ def over_limit(measured: Any, corrections: Corrections) -> int:
     if corrections.limit_bytes is None or measured.held_before_bytes is None or not measured.step_peak_bytes:
         return 0
     return max(0, measured.held_before_bytes + measured.step_peak_bytes - corrections.limit_bytes)
-
-
-def worse(new: Any, old: Any, old_corrections: Corrections, tolerance: float = TOLERANCE) -> bool:
-    """Whether a re-planned graph's measurement ``new`` is worse than ``old``, its former
-    plan's: slower by more than ``tolerance`` and no less memory at the step peak. Never
-    where ``old`` went over ``memory_limit``."""
-    if old is None or over_limit(old, old_corrections):
-        return False
-    return (new.step_ms > old.step_ms * (1 + tolerance)
-            and (new.step_peak_bytes or 0) >= (old.step_peak_bytes or 0))
-
-
-def overhead(step_ms: float, predicted: Any, corrections: Corrections) -> float | None:
-    """A measured step of ``step_ms`` over the step with nothing moved, less 1, where
-    ``predicted`` (a ``Predictions``) was made with ``corrections`` fitted to a
-    measurement: its ``baseline_step_ms`` is then the unmodified step as that
-    measurement explains it (the kernels' scales, the host, the bandwidths). ``None``
-    where nothing corrected the model (its baseline is an estimate, not worth holding a
-    measurement to) or there is nothing to compare.
-
-    A re-plan's corrections are fitted to the plan it replaced, kernels and moves
-    together; where the new plan then measures slower than predicted, what it moves
-    (more recomputation, more transfer ops) cost more than the fit says, not the
-    kernels both plans run, so the baseline stays as fitted and the difference counts
-    as overhead."""
-    if corrections.measured_call is None or step_ms <= 0 or predicted.baseline_step_ms <= 0:
-        return None
-    return step_ms / predicted.baseline_step_ms - 1
-
-
-def held_overhead(new_ms: float, old_ms: float, predicted: Any, corrections: Corrections,
-                  max_overhead: float | None) -> tuple[float, float | None, bool] | None:
-    """``"auto"`` holding ``max_overhead`` on a re-plan measured at ``new_ms`` whose
-    replaced plan measured ``old_ms``: both plans' :func:`overhead` (``predicted``, the
-    re-plan's, was made with ``corrections``, fitted to the replaced plan's measurement)
-    and whether the re-plan gives way, being more than ``max_overhead`` over the step
-    with nothing moved where the replaced plan measured faster. ``None`` where the
-    overhead is not held on the measurement: a fixed budget (``max_overhead`` ``None``),
-    ``memory_limit`` (the limit decides), or no fitted step with nothing moved."""
-    if max_overhead is None or corrections.limit_bytes is not None:
-        return None
-    new = overhead(new_ms, predicted, corrections)
-    if new is None:
-        return None
-    return new, overhead(old_ms, predicted, corrections), new > max_overhead and old_ms < new_ms
-
-
-def at_least_host(measured: Any) -> Any:
-    """``measured`` (a ``Measured``) with each phase at least the host's time to issue it:
-    how long it takes in steady state, what a re-plan and the plan it replaced are
-    compared on (:func:`worse`, :func:`held_overhead`). A phase's span runs from the GPU
-    reaching its start to its end; where the GPU was still behind at the start (a backlog
-    of the phase before), the span is shorter than the host's issue of a phase the host
-    paces, and the next step waits for the host instead (ResNet-50's first plan on an
-    H100, session 34: a forward of 10.76 ms on the GPU issued in 15.49 ms; timed at
-    33.86 ms, its steps ran 37.0 ms back to back). ``measured`` itself where nothing
-    changes (no host measured, or the host ahead in both phases)."""
-    phases = {name: host for name, ms, host in (("fw_ms", measured.fw_ms, measured.host_fw_ms),
-                                                 ("bw_ms", measured.bw_ms, measured.host_bw_ms))
-              if host is not None and host > ms}
-    return dataclasses.replace(measured, **phases) if phases else measured
-
-
-def at_host_pace(new: Any, new_kernels: tuple[int, int], old: Any, old_kernels: tuple[int, int]) -> Any:
-    """``new`` (a ``Measured``) with each phase the host paced taken at the host's pace
-    per kernel in ``old`` (the measurement of the plan it replaced), where the host ran
-    slower in ``new``: what a re-plan is judged on against the plan it replaced
-    (:func:`worse`, :func:`held_overhead`). ``*_kernels``: the plans' ops that take GPU
-    time (``Predictions.kernels``).
-
-    The host's pace is not the plan's: ResNet-50's forward (the same 362 launches) took
-    the host 10.9 ms with 36 transfer ops among them in one plan's timed calls, and
-    13.8 ms with none in the next plan's, a few steps later (an H100,
-    ``benchmarks/RESULTS.md``, session 34); the second plan was given up for 27% over a
-    step with nothing moved that the first pace had explained. Judged at one pace, a
-    phase's time goes down by the difference in pace over its kernels (its transfer
-    ops' host time, the plan's own, stays), but not below its kernels and stalls as
-    timed with the host ahead (``ahead_compute_ms``); a phase without that timing, or
-    not paced, stays as measured. ``new`` itself where nothing changes."""
-    phases = {}
-    aheads = getattr(new, "ahead_compute_ms", (None, None))
-    stalls = (new.fw_stall_ms, new.stall_ms - new.fw_stall_ms)
-    for p, (name, ms, host, old_host) in enumerate((("fw_ms", new.fw_ms, new.host_fw_ms, old.host_fw_ms),
-                                                    ("bw_ms", new.bw_ms, new.host_bw_ms, old.host_bw_ms))):
-        if aheads[p] is None or old_host is None or not paced(host, ms) or not (new_kernels[p] and old_kernels[p]):
-            continue
-        rate = (host - new.host_transfer_ms[p]) / new_kernels[p]
-        old_rate = (old_host - old.host_transfer_ms[p]) / old_kernels[p]
-        if rate > old_rate:
-            phases[name] = max(aheads[p] + stalls[p], ms - (rate - old_rate) * new_kernels[p])
-    return dataclasses.replace(new, **phases) if phases else new
-
-
-def as_compared(new: Any, new_kernels: tuple[int, int], old: Any, old_kernels: tuple[int, int]) -> tuple[Any, Any]:
-    """A re-plan's measurement ``new`` and that of the plan it replaced, ``old``, as
-    :func:`worse` and :func:`held_overhead` compare them: each phase at least its host's
-    time (:func:`at_least_host`), the new one at ``old``'s host pace (:func:`at_host_pace`).
-    Each is the measurement itself where nothing changes it."""
-    return at_host_pace(at_least_host(new), new_kernels, old, old_kernels), at_least_host(old)
 
 
 def repredicted(predicted: Any, resimulate: Callable[..., Any], planned_with: Corrections,

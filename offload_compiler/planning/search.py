@@ -40,14 +40,14 @@ from .costs import NodeCosts
 from .decide import choose, decide_from_solution
 from .facts import Facts, final_simulation, gather, lanes_of, resimulation
 from .hardware import profile_for
+from .judging import within_margin
 from .limits import fit_limit
 from .replan import Corrections
 from .reuse import Analyze, Partition, Reuse, realise
 from .simulator import Lanes, SimResult
 from .solver import SimMemo, Solution, solve
 
-#: Progress of a compile, one line per phase (a child of ``offload_compiler``, so the
-#: one INFO summary per graph stays alone on that logger).
+#: Progress of a compile, one line per phase (a child of ``offload_compiler``: the INFO summary stays alone).
 progress = logging.getLogger("offload_compiler.progress")
 
 #: Solve, repartition, check against a fixed budget: at most this many times.
@@ -151,7 +151,7 @@ def _cost_model(candidates: list[Candidate], config: OffloadConfig,
 def _plan_cost_model(joint_gm, start: Partition, num_fwd_outputs: int, config: OffloadConfig,
                      graph_id: int, analyze: Analyze, corrections: Corrections,
                      search: bool = True) -> PlannedGraph:
-    t0 = time.perf_counter()
+    t0, config = time.perf_counter(), within_margin(config, corrections)
     cost, lanes = _cost_model(start.candidates, config, corrections)
     facts = gather(start.fw_gm, start.bw_gm, num_fwd_outputs, start.candidates, joint_gm, cost,
                    config.min_offload_bytes, pool=_pooled(config))
