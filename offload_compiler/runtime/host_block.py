@@ -70,8 +70,9 @@ class HostBlock:
     def mark(self, stream: Any, direction: str) -> Any:
         """Record the block's own event of ``direction`` (``"d2h"``, ``"h2d"``) on
         ``stream`` and return it: one event per block, direction and device, recorded
-        again by each copy instead of a new one made (1.5 us of the host per copy on an
-        H100's host, ``benchmarks/RESULTS.md``, session 39). Safe to reuse: a wait takes
+        again by each copy instead of a new one made (with the skipped wait of
+        ``ops._d2h_cuda``, a ``d2h`` and ``release`` pair took an H200's host 27.2 us
+        against 29.9, ``benchmarks/RESULTS.md``, session 40). Safe to reuse: a wait takes
         the event's last record at the time it is queued, and a later record on the
         same stream is a later point of it, so a wait queued after it waits at most
         longer, never less."""
