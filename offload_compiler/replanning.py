@@ -36,9 +36,9 @@ goes back to the plan it replaced (``GraphPlan.reverted``), whose compiled calla
 kept until then. So is, with ``"auto"``, a new plan whose measured step is more than
 ``max_overhead`` over the step with nothing moved, as the corrected model predicts that
 one (``planning.judging.overhead``), where the plan it replaced measured faster; where
-that plan measured slower still, the graph is planned once more (a plan made so is
-not), searched within ``max_overhead`` less what the new plan
-missed it by (``planning.judging.tightened``): ``"auto"`` holds its overhead as
+that plan measured slower still, the graph is planned once more, searched within
+``max_overhead`` less what the new plan missed it by (``planning.judging.tightened``;
+a plan made so is not planned again for it): ``"auto"`` holds its overhead as
 measured, not only as predicted. Each measurement is logged, put
 on the plan (``GraphPlan.measured``) and written to the graph's dump.
 """
