@@ -126,11 +126,10 @@ def tightened(corrections: Corrections, measured: float, predicted: Any) -> Corr
     search then holds ``max_overhead`` less the miss (``Corrections.overhead_margin``,
     added to any before). The kernels' fit stays the one the baseline was explained by.
     ``None`` where the prediction was not under the measurement."""
-    if predicted.baseline_step_ms <= 0:
+    planned = overhead(predicted.step_ms, predicted, corrections)
+    if planned is None or measured <= planned:
         return None
-    miss = measured - (predicted.step_ms / predicted.baseline_step_ms - 1)
-    if miss <= 0:
-        return None
+    miss = measured - planned
     return dataclasses.replace(corrections, overhead_margin=corrections.overhead_margin + miss)
 
 

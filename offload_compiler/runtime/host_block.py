@@ -12,6 +12,8 @@ from typing import Any
 
 import torch
 
+from .streams import D2H
+
 _MIN_BLOCK_BYTES = 512
 
 
@@ -83,10 +85,12 @@ class HostBlock:
         event.record(stream)
         return event
 
-    def recorded_on(self, event: Any, direction: str, stream: Any) -> bool:
-        """Whether ``event`` is this block's own event of ``direction``, last recorded
-        on ``stream`` (each direction's events are recorded on its copy stream only)."""
-        return event is not None and self.marks.get((direction, stream.device_index)) is event
+    def filled_on(self, stream: Any) -> bool:
+        """Whether the copy that last filled the block was issued on ``stream``: its
+        :attr:`ready_event` is the block's own D2H event of ``stream``'s device,
+        which only that device's D2H stream records."""
+        ready = self.ready_event
+        return ready is not None and self.marks.get((D2H, stream.device_index)) is ready
 
 
 def new_block(buffer: torch.Tensor, pinned: bool) -> HostBlock:

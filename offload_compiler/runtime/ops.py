@@ -122,7 +122,7 @@ def _d2h_cuda(src: Tensor, like: Tensor) -> Tensor:
     for event in block.events:  # copies that read this block since it was last filled are done
         stream.wait_event(event)
     # The copy that last filled it: ordered already where this stream issued it.
-    if block.ready_event is not None and not block.recorded_on(block.ready_event, streams.D2H, stream):
+    if block.ready_event is not None and not block.filled_on(stream):
         stream.wait_event(block.ready_event)
     start = measure.copy_started(stream) if measure.active is not None else None
     with streams.on(stream, compute):
