@@ -40,6 +40,7 @@ from .planning import Partition, PlannedGraph, plan_graph
 from .planning import cache
 from .planning.budget import warn_if_missed
 from .planning.decide import offloads_of
+from .planning.limits import unmoved_fits
 from .planning.replan import Corrections
 from .planning.search import progress, replay
 from .reporting import tables, timeline
@@ -141,6 +142,13 @@ class OffloadPartitioner(CustomPartitionerFn):
         if entry.joint_hash != joint_hash:
             progress.info("offload: graph %d: the plan cache holds a plan for another joint graph under "
                      "this key; planning afresh", graph_id)
+            return None
+        plan = entry.plan
+        if (plan.provisional and not plan.offloaded and not plan.recomputed and plan.predicted is not None
+                and not unmoved_fits(plan.predicted.baseline_step_peak_bytes,
+                                     next((d.device for d in plan.decisions), "cpu"))):
+            progress.info("offload: graph %d: the cached plan moves nothing, and that no longer fits "
+                          "the device; planning afresh", graph_id)
             return None
         planned = replay(gm, start, num_fwd_outputs, entry.recompute_chains,
                          dataclasses.replace(entry.plan, graph_id=graph_id),

@@ -17,30 +17,26 @@ allocated or released a block (pinning host memory stops the host for a while, a
 GPU with it; giving it back waits for the whole device) is measured again,
 ``MAX_REMEASURES`` times at most. Where the median timed call's forward or backward was
 paced by the host (``planning.replan.paced_phases``), its time says nothing of the kernels:
-one more call, a step later, is timed with the GPU held before each phase until the
-host has issued it whole (``"kernels"``, ``HOLD_FACTOR``), and the kernels' time
-measured there corrects the phases' scales (a phase the host nearly paced is held too:
-where the host held back parts of it, its timed call mixes the host's pace into the
-kernels' too). Where they disagree beyond the tolerance, or the step
-went over ``memory_limit``, it plans again from the corrected inputs
-(``planning.replan.corrected``), compiles the graph again with that plan, and
-runs the new one from this call on: a step boundary, since every forward call runs
-whole on one compiled graph and an autograd node keeps the backward it was made with.
+one more call, a step later, is timed with the GPU held before each phase until the host
+has issued it whole (``"kernels"``, ``HOLD_FACTOR``), and the kernels' time measured there
+corrects the phases' scales. Where they disagree beyond the tolerance, or the step went
+over ``memory_limit``, it plans again from the corrected inputs
+(``planning.replan.corrected``), compiles the graph again with that plan, and runs the
+new one from this call on: a step boundary, since every forward call runs whole on one
+compiled graph and an autograd node keeps the backward it was made with.
 That happens at most once per graph (``MAX_REPLANS``), or up to ``MAX_LIMIT_REPLANS``
-times while the measured step goes over ``memory_limit``; the new plan is measured again
-(for the record, and for the limit). A new plan measured slower than the one it
-replaced (by more than the tolerance) without holding less memory at its peak is given
-up (compared as ``planning.judging.as_compared`` gives them: each phase at least at the
-host's time to issue it, the new plan's at the replaced plan's host pace): the graph
-goes back to the plan it replaced (``GraphPlan.reverted``), whose compiled callable is
-kept until then. So is, with ``"auto"``, a new plan whose measured step is more than
-``max_overhead`` over the step with nothing moved, as the corrected model predicts that
-one (``planning.judging.overhead``), where the plan it replaced measured faster; where
-that plan measured slower still, the graph is planned once more, searched within
-``max_overhead`` less what the new plan missed it by (``planning.judging.tightened``;
-a plan made so is not planned again for it): ``"auto"`` holds its overhead as
-measured, not only as predicted. Each measurement is logged, put
-on the plan (``GraphPlan.measured``) and written to the graph's dump.
+times while the measured step goes over ``memory_limit``; the new plan is measured again.
+A new plan measured slower than the one it replaced (by more than the tolerance) without
+holding less memory at its peak is given up (as ``planning.judging.as_compared`` compares
+them: each phase at least at the host's time to issue it, the new plan's at the replaced
+plan's host pace): the graph goes back to that plan (``GraphPlan.reverted``). With
+``"auto"``, the first plan moves nothing where that fits the device, and its measurement
+is the step ``max_overhead`` is held against (else that step as the model corrected from
+the measurement predicts it, ``planning.judging.overhead``). A new plan more than
+``max_overhead`` over it is planned once more, searched within ``max_overhead`` less what
+it missed by (``planning.judging.tightened``; once), where the plan it replaced moved
+nothing or measured slower still; else it gives way to that plan. Each measurement is
+logged, put on the plan (``GraphPlan.measured``) and written to the graph's dump.
 """
 
 from __future__ import annotations
@@ -52,7 +48,7 @@ from typing import Any, Callable
 import torch
 
 from .nbytes import nbytes_text
-from .planning.judging import as_compared, held_overhead, tightened, worse
+from .planning.judging import as_compared, held_overhead, percent, step_text, tightened, worse
 from .planning.replan import (MAX_TRUSTED_RATIO, Corrections, corrected, disagreements, over_limit,
                               paced_phases, repredicted, trusted)
 from .reporting.dump import write_measured
@@ -123,6 +119,7 @@ class MeasuredGraph:
         # The plan a re-plan replaced, measured: (compiled, plan, corrections), until the
         # new plan is measured no worse.
         self.previous: tuple[Callable[..., Any], GraphPlan, Corrections] | None = None
+        self.unmoved: GraphPlan | None = None  # "auto"'s first plan where it moved nothing, measured
         self.done = plan is None or plan.predicted is None
 
     def __call__(self, *args: Any) -> Any:
@@ -272,9 +269,9 @@ class MeasuredGraph:
             _, before, before_corrections = self.previous
             judged, old = self._judged(timed, before)
             if worse(judged, old, before_corrections):
-                self._revert(f"measured {_ms(judged, timed)} and {nbytes_text(timed.step_peak_bytes or 0)} "
+                self._revert(f"measured {step_text(judged, timed)} and {nbytes_text(timed.step_peak_bytes or 0)} "
                              f"at its step peak, worse than graph {before.graph_id}'s "
-                             f"{_ms(old, before.measured)} and {nbytes_text(old.step_peak_bytes or 0)}")
+                             f"{step_text(old, before.measured)} and {nbytes_text(old.step_peak_bytes or 0)}")
                 return
             over = self._over_overhead(judged, timed, old, before)
             if over:
@@ -282,7 +279,7 @@ class MeasuredGraph:
                 return
             self.previous, again, self.again = None, self.again, None
             if again is not None:
-                self._plan_again(again, args, [f"\"auto\" measured past max_overhead {_percent(self.max_overhead)}"])
+                self._plan_again(again, args, [f"\"auto\" measured past max_overhead {percent(self.max_overhead)}"])
                 return
         why = disagreements(plan.predicted, timed, self.corrections)
         # "auto"'s first plan was not searched: it is planned again, measured or not.
@@ -300,7 +297,11 @@ class MeasuredGraph:
             self._plan_again(self.corrections, args, ["\"auto\"'s first plan was not searched"],
                              "the estimates")
             return
-        if unsearched and not why:
+        if unsearched and not plan.offloaded and not plan.recomputed:
+            self.unmoved = plan  # the step the re-plan's overhead is measured against
+            why = ["\"auto\"'s first plan moved nothing: measured, it is the step max_overhead is held "
+                   "against", *why]
+        elif unsearched and not why:
             why = ["\"auto\"'s first plan was not searched; the measurement agrees with it"]
         over = over_limit(timed, self.corrections)
         allowed = MAX_LIMIT_REPLANS if over else MAX_REPLANS
@@ -345,39 +346,51 @@ class MeasuredGraph:
         if judged is not timed or old is not before.measured:
             log.info("offload: graph %d: judged with each phase at least its host's time, at graph %d's "
                      "host pace: step %s; graph %d: %s", self.plan.graph_id, before.graph_id,
-                     _ms(judged, timed), before.graph_id, _ms(old, before.measured))
+                     step_text(judged, timed), before.graph_id, step_text(old, before.measured))
         return judged, old
 
     def _over_overhead(self, judged: Any, timed: Any, old: Any, before: GraphPlan) -> str | None:
         """``"auto"``: why the new plan, measured as ``timed`` (``judged``, and ``old`` for
         ``before``: as :meth:`_judged` compares them), gives way to ``before`` (the plan it
         replaced, measured): its step more than ``max_overhead`` over the step with
-        nothing moved, as the model corrected from ``before``'s measurement predicts that
-        one, where ``before`` measured faster. ``None`` otherwise; the measured overhead
-        is logged either way."""
-        plan = self.plan
-        held = held_overhead(judged.step_ms, old.step_ms, plan.predicted, self.corrections, self.max_overhead)
+        nothing moved, where ``before`` measured faster. That step is the first plan's
+        measurement where it moved nothing (``self.unmoved``), else as the model corrected
+        from ``before``'s measurement predicts it. ``None`` otherwise; the measured
+        overhead is logged either way. Past it, one more plan (``self.again``), tightened."""
+        plan, unmoved, base = self.plan, None, self.unmoved
+        if not plan.offloaded and not plan.recomputed:
+            return None  # nothing moved has no overhead; its measurements differ by the host's noise
+        if base is not None:  # measured with nothing moved: this plan at that one's host pace
+            at, unmoved_at = as_compared(timed, plan.predicted.kernels, base.measured, base.predicted.kernels)
+            unmoved = at.step_ms, unmoved_at.step_ms
+        held = held_overhead(judged.step_ms, old.step_ms, plan.predicted, self.corrections, self.max_overhead, unmoved)
         if held is None:
             return None
         new, old_overhead, gives_way = held
         baseline = (f"{plan.predicted.baseline_step_ms:.2f} ms with nothing moved, as graph "
-                    f"{before.graph_id}'s measurement explains it")
+                    f"{before.graph_id}'s measurement explains it") if unmoved is None else (
+            f"{unmoved[1]:.2f} ms with nothing moved, as graph {base.graph_id} measured it")
+        if new > self.max_overhead and not self.corrections.overhead_margin and self.recompile is not None and (
+                not gives_way or before is base):  # once; past nothing moved itself, before giving way to it
+            self.again = tightened(self.corrections, new, plan.predicted)
+            if self.again and before is base and self.again.overhead_margin >= self.max_overhead:
+                self.again = None  # within no overhead, nothing moves: that is ``before``
+            gives_way = gives_way and self.again is None
         log.info("offload: graph %d: \"auto\" measured %s %s the step with nothing moved (%s; "
-                 "max_overhead %s)", plan.graph_id, _percent(abs(new)), "over" if new >= 0 else "under",
-                 baseline, _percent(self.max_overhead))
+                 "max_overhead %s)", plan.graph_id, percent(abs(new)), "over" if new >= 0 else "under",
+                 baseline, percent(self.max_overhead))
         if not gives_way:
             if new > self.max_overhead:
-                if not self.corrections.overhead_margin and self.recompile is not None:  # once
-                    self.again = tightened(self.corrections, new, plan.predicted)
                 log.warning("offload: graph %d: \"auto\" measured %s over the step with nothing moved, past "
-                            "max_overhead %s; the plan it replaced (graph %d) measured %s: keeping the faster%s",
-                            plan.graph_id, _percent(new), _percent(self.max_overhead), before.graph_id,
-                            _percent(old_overhead), "" if self.again is None else
-                            f", and planning once more within {_percent(self.max_overhead)} less what it missed by")
+                            "max_overhead %s; %s%s", plan.graph_id, percent(new), percent(self.max_overhead),
+                            f"the plan it replaced (graph {before.graph_id}) measured {percent(old_overhead)}: "
+                            "keeping the faster" if before is not base else "keeping it for now",
+                            "" if self.again is None else
+                            f", and planning once more within {percent(self.max_overhead)} less what it missed by")
             return None
-        return (f"measured {_ms(judged, timed)}, {_percent(new)} over {baseline}, past max_overhead "
-                f"{_percent(self.max_overhead)}; graph {before.graph_id} measured {_ms(old, before.measured)} "
-                f"({_percent(old_overhead)})")
+        return (f"measured {step_text(judged, timed)}, {percent(new)} over {baseline}, past max_overhead "
+                f"{percent(self.max_overhead)}; graph {before.graph_id} measured {step_text(old, before.measured)} "
+                f"({percent(old_overhead)})")
 
     def _revert(self, reason: str) -> None:
         """Go back to the plan the current one replaced (measured better: ``reason``).
@@ -404,15 +417,4 @@ class MeasuredGraph:
             corrections = self.corrections
         self.compiled, self.plan, self.corrections = compiled, before, corrections
         self.done = True
-
-
-def _ms(judged: Any, timed: Any) -> str:
-    """A measured step as judged: ``12.30 ms``, or ``11.20 ms (12.30 ms measured)``."""
-    if judged is timed:
-        return f"{timed.step_ms:.2f} ms"
-    return f"{judged.step_ms:.2f} ms ({timed.step_ms:.2f} ms measured)"
-
-
-def _percent(fraction: float) -> str:
-    return f"{fraction * 100:.1f}%"
 

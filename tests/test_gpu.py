@@ -501,8 +501,13 @@ def test_a_call_timed_with_the_host_ahead_measures_kernels_not_the_hosts_pace():
 
     for _ in range(3):
         timed("time")  # warm
-    _, paced = timed("time")
-    print("paced", paced.fw_ms, paced.host_fw_ms, paced.bw_ms, paced.host_bw_ms)
+    # The premise, a host that paces both phases, holds unless other processes' work
+    # slows this GPU (the suite's workers share it): timed again, up to five times.
+    for _ in range(5):
+        _, paced = timed("time")
+        print("paced", paced.fw_ms, paced.host_fw_ms, paced.bw_ms, paced.host_bw_ms)
+        if paced_phases(paced) == (True, True):
+            break
     assert paced_phases(paced) == (True, True)
     hold = tuple(HOLD_FACTOR * h + HOLD_EXTRA_MS for h in (paced.host_fw_ms, paced.host_bw_ms))
     rec, ahead = timed("kernels", hold)

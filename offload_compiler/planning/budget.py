@@ -97,3 +97,14 @@ def interpolate_budgets(lo: int, hi: int, steps: int, fits: Callable[[int], int 
             lo = budget
         else:
             hi = upper
+
+
+def edge_budget(lo: int, hi: int, steps: int, *, all_miss: bool) -> int:
+    """The last budget :func:`.solver.bisect_budgets` tries between ``lo`` (missed) and
+    ``hi`` (met) when every try misses (``all_miss``: the budgets climb towards ``hi``)
+    or every try meets at the budget it was given (they fall towards ``lo``)."""
+    mid = hi
+    for _ in range(steps):
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if all_miss else (lo, mid)
+    return mid

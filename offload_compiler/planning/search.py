@@ -35,13 +35,13 @@ from ..config import OffloadConfig
 from ..decision import KEEP, RECOMPUTE
 from ..nbytes import nbytes_text
 from ..reporting.records import GraphPlan, Predictions
-from .budget import Budget, interpolate_budgets
+from .budget import Budget, edge_budget, interpolate_budgets
 from .costs import NodeCosts
 from .decide import choose, decide_from_solution
 from .facts import Facts, final_simulation, gather, lanes_of, resimulation
 from .hardware import profile_for
 from .judging import within_margin
-from .limits import fit_limit
+from .limits import fit_limit, unmoved_fits
 from .replan import Corrections
 from .reuse import Analyze, Partition, Reuse, realise
 from .simulator import Lanes, SimResult
@@ -91,10 +91,13 @@ def plan_graph(joint_gm: fx.GraphModule, start: Partition, num_fwd_outputs: int,
     ``analyze`` makes the candidates of a partition that realises recomputation;
     ``corrections`` are
     inputs measured on an earlier plan of the same graph (``replan.py``) and, with
-    ``memory_limit``, the bytes the step may take. ``search=False``: ``"auto"`` keeps the
-    solver's plan without probing realised partitions (``GraphPlan.provisional``), for a
-    graph the backend will measure and plan again from the measurement, where the
-    search runs on measured inputs."""
+    ``memory_limit``, the bytes the step may take. ``search=False``: for a graph the
+    backend will measure and plan again from the measurement, where the search runs on
+    measured inputs, ``"auto"``'s plan is not searched (``GraphPlan.provisional``): it
+    moves nothing where that step fits the device (``limits.unmoved_fits``; not with
+    ``per_block``, whose peak is one call's of many), and its measurement is then the step
+    the re-plan holds ``max_overhead`` against; else it is the solver's plan without
+    probing realised partitions."""
     off_device = not any(c.device.split(":")[0] in config.devices for c in start.candidates)
     if config.policy == "cost_model" and not off_device:
         planned = _plan_cost_model(joint_gm, start, num_fwd_outputs, config, graph_id, analyze,
@@ -171,13 +174,21 @@ def _plan_cost_model(joint_gm, start: Partition, num_fwd_outputs: int, config: O
                                 baseline, cost, budget, reuse)
     t1 = time.perf_counter()
     best, provisional = None, False
-    if available is None or not budget.auto:  # memory_limit with "auto": starts from nothing moved
+    # "auto", measured next: nothing moved where it fits (one call's peak: not per_block),
+    # so its measurement is the baseline.
+    unmoved = (not search and budget.auto and available is None and not config.per_block
+               and unmoved_fits(baseline.step_peak_bytes, _device_of(start.candidates, config.devices)))
+    if unmoved:
+        best, provisional = realise(baseline.peak_bytes), True
+        progress.info("offload: graph %d: \"auto\": nothing moved, measured as the step the search "
+                      "holds max_overhead against when the graph is planned again", graph_id)
+    elif available is None or not budget.auto:  # memory_limit with "auto": starts from nothing moved
         best = realise(budget.nbytes)
         progress.info("offload: graph %d: solved and realised in %.1f s: peak %s, step %.2f ms",
                       graph_id, time.perf_counter() - t1, _mib(best.final.peak_bytes), best.final.step_ms)
     if available is not None:
         best = fit_limit(best, realise, baseline.peak_bytes, available, corrections, graph_id)
-    elif budget.auto and any(o.can_recompute for o in facts.options.values()):
+    elif budget.auto and not unmoved and any(o.can_recompute for o in facts.options.values()):
         if search:
             best = _search_realised(best, realise, baseline, config.max_overhead, graph_id)
         else:
@@ -362,7 +373,7 @@ def _search_realised(first: _Realised, realise, baseline: SimResult, max_overhea
         return min(budget, trial.final.peak_bytes)
 
     first_within = best is not None
-    edge = _edge_budget(lo, hi, AUTO_REALISED_STEPS, all_miss=first_within)
+    edge = edge_budget(lo, hi, AUTO_REALISED_STEPS, all_miss=first_within)
     upper = fits(edge)
     if first_within and upper is not None:  # a lower peak within the limit: search below it
         interpolate_budgets(lo, upper, AUTO_REALISED_STEPS, fits, points, limit_ms, (hi - lo) >> AUTO_REALISED_STEPS)
@@ -376,17 +387,6 @@ def _search_realised(first: _Realised, realise, baseline: SimResult, max_overhea
     if best is None:  # nothing moved is always within the overhead
         best = realise(baseline.peak_bytes)
     return best
-
-
-def _edge_budget(lo: int, hi: int, steps: int, *, all_miss: bool) -> int:
-    """The last budget :func:`.solver.bisect_budgets` tries between ``lo`` (missed) and
-    ``hi`` (met) when every try misses (``all_miss``: the budgets climb towards ``hi``)
-    or every try meets at the budget it was given (they fall towards ``lo``)."""
-    mid = hi
-    for _ in range(steps):
-        mid = (lo + hi) // 2
-        lo, hi = (mid, hi) if all_miss else (lo, mid)
-    return mid
 
 
 def _simulate(plan: GraphPlan, facts: Facts, baseline: SimResult, lanes: Lanes, cost: NodeCosts,

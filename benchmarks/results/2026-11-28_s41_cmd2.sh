@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Session 41 (issue 18), command 2: the GPU suite again (a plan that moves nothing has no
+# overhead; a miss of max_overhead or more over nothing moved goes back to it), then
+# ViT-B/16 (inductor, SAC, "auto") and ResNet-50 (inductor, "auto") interleaved.
+#   OUT=dir bash benchmarks/results/2026-11-28_s41_cmd2.sh
+set -u
+export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
+nvidia-smi --query-gpu=name --format=csv,noheader > "$OUT/gpu.txt"
+python -c "import torch; print(torch.__version__)" >> "$OUT/gpu.txt"
+timeout 200 python -m pytest -q -m gpu -n 6 --dist load -rfEx -p no:cacheprovider --durations=5 tests \
+  > "$OUT/gpu_suite.log" 2>&1
+echo "gpu suite rc $?" >> "$OUT/gpu.txt"
+for m in vit:inductor,sac,offload:auto resnet50:inductor,offload:auto; do
+  name=${m%%:*}
+  timeout 200 python benchmarks/interleaved.py --model benchmarks/zoo_models.py:$name --dtype float32 \
+    --strategies ${m#*:} --rounds 8 --steps 8 --json "$OUT/$name.json" > "$OUT/$name.log" 2>&1
+  echo "$name rc $?" >> "$OUT/gpu.txt"
+  grep -h -E 'nothing moved, measured|offload: measured|auto" measured|going back|keeping|planning again|planning once|runs again|still differs|offloaded' \
+    "$OUT/$name.log" | cut -c1-300
+  tail -n 6 "$OUT/$name.log" | head -n 5
+done
+tail -n 3 "$OUT/gpu_suite.log"
+cat "$OUT/gpu.txt"
