@@ -30,13 +30,12 @@ A new plan measured slower than the one it replaced (by more than the tolerance)
 holding less memory at its peak is given up (as ``planning.judging.as_compared`` compares
 them: each phase at least at the host's time to issue it, the new plan's at the replaced
 plan's host pace): the graph goes back to that plan (``GraphPlan.reverted``). With
-``"auto"``, the first plan moves nothing where that fits the device, and its measurement
-is the step ``max_overhead`` is held against (else that step as the model corrected from
-the measurement predicts it, ``planning.judging.overhead``). A new plan more than
-``max_overhead`` over it is planned once more, searched within ``max_overhead`` less what
-it missed by (``planning.judging.tightened``; once), where the plan it replaced moved
-nothing or measured slower still; else it gives way to that plan. Each measurement is
-logged, put on the plan (``GraphPlan.measured``) and written to the graph's dump.
+``"auto"``, the first plan moves nothing where that fits the device, and its measurement,
+each plan's at its own host's pace, is the step ``max_overhead`` is held against (else as
+the corrected model predicts it, ``planning.judging.overhead``). A new plan more than
+``max_overhead`` over it is planned once more (``planning.judging.once_more``) where the
+plan it replaced moved nothing or measured slower still; else it gives way to that plan.
+Each measurement is logged, put on the plan (``GraphPlan.measured``) and in the dump.
 """
 
 from __future__ import annotations
@@ -48,7 +47,7 @@ from typing import Any, Callable
 import torch
 
 from .nbytes import nbytes_text
-from .planning.judging import as_compared, held_overhead, percent, step_text, tightened, worse
+from .planning.judging import as_compared, at_least_host, held_overhead, once_more, percent, step_text, worse
 from .planning.replan import (MAX_TRUSTED_RATIO, Corrections, corrected, disagreements, over_limit,
                               paced_phases, repredicted, trusted)
 from .reporting.dump import write_measured
@@ -356,13 +355,12 @@ class MeasuredGraph:
         nothing moved, where ``before`` measured faster. That step is the first plan's
         measurement where it moved nothing (``self.unmoved``), else as the model corrected
         from ``before``'s measurement predicts it. ``None`` otherwise; the measured
-        overhead is logged either way. Past it, one more plan (``self.again``), tightened."""
+        overhead is logged either way. Past it, one more plan (``self.again``)."""
         plan, unmoved, base = self.plan, None, self.unmoved
         if not plan.offloaded and not plan.recomputed:
             return None  # nothing moved has no overhead; its measurements differ by the host's noise
-        if base is not None:  # measured with nothing moved: this plan at that one's host pace
-            at, unmoved_at = as_compared(timed, plan.predicted.kernels, base.measured, base.predicted.kernels)
-            unmoved = at.step_ms, unmoved_at.step_ms
+        if base is not None:  # each at its own host's pace: the host a plan costs is the plan's
+            unmoved = at_least_host(timed).step_ms, at_least_host(base.measured).step_ms
         held = held_overhead(judged.step_ms, old.step_ms, plan.predicted, self.corrections, self.max_overhead, unmoved)
         if held is None:
             return None
@@ -370,9 +368,10 @@ class MeasuredGraph:
         baseline = (f"{plan.predicted.baseline_step_ms:.2f} ms with nothing moved, as graph "
                     f"{before.graph_id}'s measurement explains it") if unmoved is None else (
             f"{unmoved[1]:.2f} ms with nothing moved, as graph {base.graph_id} measured it")
-        if new > self.max_overhead and not self.corrections.overhead_margin and self.recompile is not None and (
+        once = not self.corrections.overhead_margin and not self.corrections.recompute_only
+        if new > self.max_overhead and once and self.recompile is not None and (
                 not gives_way or before is base):  # once; past nothing moved itself, before giving way to it
-            self.again = tightened(self.corrections, new, plan.predicted)
+            self.again = once_more(self.corrections, new, plan.predicted, timed, bool(plan.offloaded), base is not None)
             if self.again and before is base and self.again.overhead_margin >= self.max_overhead:
                 self.again = None  # within no overhead, nothing moves: that is ``before``
             gives_way = gives_way and self.again is None
@@ -385,7 +384,8 @@ class MeasuredGraph:
                             "max_overhead %s; %s%s", plan.graph_id, percent(new), percent(self.max_overhead),
                             f"the plan it replaced (graph {before.graph_id}) measured {percent(old_overhead)}: "
                             "keeping the faster" if before is not base else "keeping it for now",
-                            "" if self.again is None else
+                            "" if self.again is None else ", and planning once more, recomputing only (its host paced "
+                            "a phase with transfer ops)" if self.again.recompute_only else
                             f", and planning once more within {percent(self.max_overhead)} less what it missed by")
             return None
         return (f"measured {step_text(judged, timed)}, {percent(new)} over {baseline}, past max_overhead "

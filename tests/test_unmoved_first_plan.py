@@ -215,3 +215,62 @@ def test_a_plan_that_moves_nothing_has_no_overhead_to_hold(caplog):
     with caplog.at_level(logging.INFO, logger="offload_compiler"):
         assert graph._over_overhead(timed, timed, base.measured, base) is None
     assert graph.again is None and "max_overhead" not in caplog.text
+
+
+def test_once_more_recomputes_only_where_an_offloading_replan_was_paced_by_its_host():
+    """Past ``max_overhead`` over a measured step with nothing moved, a re-plan that
+    offloaded with its host pacing a phase is planned again recomputing only (the fit to
+    nothing moved explains a graph without transfer ops); otherwise within
+    ``max_overhead`` less the miss."""
+    from offload_compiler.config import OffloadConfig
+    from offload_compiler.planning.judging import once_more, within_margin
+
+    predicted = types.SimpleNamespace(baseline_step_ms=100.0, step_ms=102.0)
+    fitted = Corrections(measured_call=3)
+    paced = measure.Measured(call=5, fw_ms=10.0, bw_ms=20.0, stall_ms=0.0, host_fw_ms=4.0, host_bw_ms=19.0)
+    ahead = measure.Measured(call=5, fw_ms=10.0, bw_ms=20.0, stall_ms=0.0, host_fw_ms=4.0, host_bw_ms=8.0)
+    got = once_more(fitted, 0.05, predicted, paced, offloaded=True, unmoved=True)
+    assert got.recompute_only and not got.overhead_margin and got.measured_call == 3
+    for timed, offloaded, unmoved in ((ahead, True, True), (paced, False, True), (paced, True, False)):
+        again = once_more(fitted, 0.05, predicted, timed, offloaded=offloaded, unmoved=unmoved)
+        assert not again.recompute_only and again.overhead_margin == pytest.approx(0.03)
+    config = OffloadConfig(memory_budget="auto", max_overhead=0.03)
+    assert within_margin(config, got).max_host_bytes == 0 and within_margin(config, got).max_overhead == 0.03
+    assert "recomputes only" in got.describe() and got.key() != fitted.key()
+
+
+def test_a_replan_is_judged_at_its_own_hosts_pace_against_nothing_moved():
+    """Against a measured step with nothing moved, the host time a plan adds is the
+    plan's (not rescaled to the first plan's pace): a re-plan whose backward the host
+    issued in 60 ms against 50 on the GPU is 10% over a 100 ms step, and it offloaded:
+    one more plan, recomputing only."""
+    graph, _, base = _replan_over_unmoved(100.0, 100.0)
+    timed = measure.Measured(call=5, fw_ms=50.0, bw_ms=50.0, stall_ms=0.0, host_fw_ms=20.0, host_bw_ms=60.0)
+    assert graph._over_overhead(timed, timed, base.measured, base) is None
+    assert graph.again.recompute_only
+
+
+def test_auto_past_max_overhead_with_its_host_pacing_its_transfer_ops_recomputes_only(source, roomy, caplog):
+    """The whole flow: the re-plan (it offloads) measured 4% over nothing moved with the
+    host pacing its backward; the third plan offloads nothing, is measured and kept.
+    Gradients bitwise."""
+    def make(call):
+        if len(b.plans) != 2:
+            return as_predicted(b.plans)(call)
+        got = as_predicted(b.plans, time_scale=1.04 * b.plans[0].measured.step_ms / b.plans[1].predicted.step_ms)(call)
+        got.host_fw_ms, got.host_bw_ms = 0.1 * got.fw_ms, got.bw_ms  # the backward paced
+        return got
+
+    steps = 3 * READ_AT + 4
+    model, batch = _model()
+    reference = train(model, batch, backend(**OPTIONS, policy="none", replan=False), steps=steps)
+    b = backend(**OPTIONS, memory_budget="auto", plan_cache=False)
+    source(make)
+    with caplog.at_level(logging.INFO, logger="offload_compiler"):
+        model, batch = _model()
+        got = train(model, batch, b, steps=steps)
+    first, second, third = b.plans
+    assert not _moves(first) and second.offloaded and not third.offloaded
+    assert third.corrections["recompute_only"] and b.current_plans == [third] and not third.reverted
+    assert "planning once more, recomputing only (its host paced a phase with transfer ops)" in caplog.text
+    assert_bitwise(reference, got)

@@ -94,6 +94,8 @@ class Corrections:
     overhead_margin: float = 0.0
     """``"auto"``: what a re-plan measured over its predicted overhead (``judging.tightened``);
     the search holds ``max_overhead`` less this."""
+    recompute_only: bool = False
+    """``"auto"``: the search moves nothing to the host (``judging.once_more``)."""
     measured_call: int | None = None
     """The call of the compiled graph these come from (``None``: not measured)."""
 
@@ -126,6 +128,8 @@ class Corrections:
                      f"the backward {self.queued_ms[1]:.2f} ms")
         if self.overhead_margin:
             text += f"; \"auto\" within max_overhead less {self.overhead_margin * 100:.1f}%"
+        if self.recompute_only:
+            text += "; \"auto\" recomputes only (nothing offloaded)"
         for name, gbps in (("D2H", self.d2h_gbps), ("H2D", self.h2d_gbps)):
             if gbps:
                 text += f"; {name} copies at {gbps:.1f} GB/s"
