@@ -63,11 +63,9 @@ log = logging.getLogger("offload_compiler")
 WARMUP_BACKWARDS = 1
 #: Times a timed call disturbed by the host pool (a block allocated or released) is measured again.
 MAX_REMEASURES = 3
-#: Calls of a plan timed, a step apart; the median (``measure.typical``) is its measurement.
-#: One call can be slowed by work not the graph's: on an H100 and an H200 first plans' first
-#: timed calls measured 18% (ViT-B/16) and 26% (ResNet-50) over their second; the fastest
-#: of two (until session 32) was as far below the steps that followed, and ``"auto"``'s
-#: ``max_overhead`` is held on it (``benchmarks/RESULTS.md``, sessions 30 to 32).
+#: Calls of a plan timed, a step apart; the median (``measure.typical``) is its measurement:
+#: first plans' first timed calls measured 18% (ViT-B/16) and 26% (ResNet-50) over their
+#: second, and the fastest of two as far below later steps (``benchmarks/RESULTS.md``, sessions 30-32).
 TIMED_CALLS = 3
 #: A paced phase's hold (the ``"kernels"`` call): this many times the host's time to issue it
 #: in the median timed call, plus ``HOLD_EXTRA_MS`` (the host runs at two speeds, one up to
@@ -118,7 +116,8 @@ class MeasuredGraph:
         # The plan a re-plan replaced, measured: (compiled, plan, corrections), until the
         # new plan is measured no worse.
         self.previous: tuple[Callable[..., Any], GraphPlan, Corrections] | None = None
-        self.unmoved: GraphPlan | None = None  # "auto"'s first plan where it moved nothing, measured
+        # "auto"'s first plan where it moved nothing, measured: (compiled, plan, corrections).
+        self.unmoved: tuple[Callable[..., Any], GraphPlan, Corrections] | None = None
         self.done = plan is None or plan.predicted is None
 
     def __call__(self, *args: Any) -> Any:
@@ -281,8 +280,7 @@ class MeasuredGraph:
                 self._plan_again(again, args, [f"\"auto\" measured past max_overhead {percent(self.max_overhead)}"])
                 return
         why = disagreements(plan.predicted, timed, self.corrections)
-        # "auto"'s first plan was not searched: it is planned again, measured or not.
-        unsearched = plan.provisional and self.recompile is not None
+        unsearched = plan.provisional and self.recompile is not None  # planned again, measured or not
         if why and not trusted(plan.predicted, timed):
             log.warning("offload: graph %d: the measured step (%.2f ms) is more than %gx from the "
                         "predicted one (%.2f ms): more likely a measurement of something else (other "
@@ -293,13 +291,11 @@ class MeasuredGraph:
             if not unsearched:
                 self.done = True
                 return
-            self._plan_again(self.corrections, args, ["\"auto\"'s first plan was not searched"],
-                             "the estimates")
+            self._plan_again(self.corrections, args, ["\"auto\"'s first plan was not searched"], "the estimates")
             return
         if unsearched and not plan.offloaded and not plan.recomputed:
-            self.unmoved = plan  # the step the re-plan's overhead is measured against
-            why = ["\"auto\"'s first plan moved nothing: measured, it is the step max_overhead is held "
-                   "against", *why]
+            self.unmoved = (self.compiled, plan, self.corrections)  # what overheads are measured against
+            why = ["\"auto\"'s first plan moved nothing: measured, it is the step max_overhead is held against", *why]
         elif unsearched and not why:
             why = ["\"auto\"'s first plan was not searched; the measurement agrees with it"]
         over = over_limit(timed, self.corrections)
@@ -350,13 +346,13 @@ class MeasuredGraph:
 
     def _over_overhead(self, judged: Any, timed: Any, old: Any, before: GraphPlan) -> str | None:
         """``"auto"``: why the new plan, measured as ``timed`` (``judged``, and ``old`` for
-        ``before``: as :meth:`_judged` compares them), gives way to ``before`` (the plan it
-        replaced, measured): its step more than ``max_overhead`` over the step with
-        nothing moved, where ``before`` measured faster. That step is the first plan's
-        measurement where it moved nothing (``self.unmoved``), else as the model corrected
-        from ``before``'s measurement predicts it. ``None`` otherwise; the measured
-        overhead is logged either way. Past it, one more plan (``self.again``)."""
-        plan, unmoved, base = self.plan, None, self.unmoved
+        ``before``, the plan it replaced: as :meth:`_judged` compares them), gives way:
+        more than ``max_overhead`` over the step with nothing moved (the first plan's
+        measurement where it moved nothing, ``self.unmoved``; else as the model corrected
+        from ``before``'s predicts it), to ``before`` where it measured faster, to nothing
+        moved where it was planned once more; else ``None``, and past it, one more plan
+        (``self.again``). The measured overhead is logged either way."""
+        plan, unmoved, base = self.plan, None, self.unmoved and self.unmoved[1]
         if not plan.offloaded and not plan.recomputed:
             return None  # nothing moved has no overhead; its measurements differ by the host's noise
         if base is not None:  # each at its own host's pace: the host a plan costs is the plan's
@@ -368,16 +364,20 @@ class MeasuredGraph:
         baseline = (f"{plan.predicted.baseline_step_ms:.2f} ms with nothing moved, as graph "
                     f"{before.graph_id}'s measurement explains it") if unmoved is None else (
             f"{unmoved[1]:.2f} ms with nothing moved, as graph {base.graph_id} measured it")
+        log.info("offload: graph %d: \"auto\" measured %s %s the step with nothing moved (%s; "
+                 "max_overhead %s)", plan.graph_id, percent(abs(new)), "over" if new >= 0 else "under",
+                 baseline, percent(self.max_overhead))
         once = not self.corrections.overhead_margin and not self.corrections.recompute_only
+        if base and not once and new > self.max_overhead:  # planned once more, and past it still
+            self.previous = self.unmoved  # nothing moved is the plan within it
+            return (f"measured {step_text(judged, timed)}, {percent(new)} over {baseline}, past max_overhead "
+                    f"{percent(self.max_overhead)} as graph {before.graph_id} was ({percent(old_overhead)})")
         if new > self.max_overhead and once and self.recompile is not None and (
                 not gives_way or before is base):  # once; past nothing moved itself, before giving way to it
             self.again = once_more(self.corrections, new, plan.predicted, timed, bool(plan.offloaded), base is not None)
             if self.again and before is base and self.again.overhead_margin >= self.max_overhead:
                 self.again = None  # within no overhead, nothing moves: that is ``before``
             gives_way = gives_way and self.again is None
-        log.info("offload: graph %d: \"auto\" measured %s %s the step with nothing moved (%s; "
-                 "max_overhead %s)", plan.graph_id, percent(abs(new)), "over" if new >= 0 else "under",
-                 baseline, percent(self.max_overhead))
         if not gives_way:
             if new > self.max_overhead:
                 log.warning("offload: graph %d: \"auto\" measured %s over the step with nothing moved, past "

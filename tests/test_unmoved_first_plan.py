@@ -185,12 +185,14 @@ def _replan_over_unmoved(unmoved_ms, replan_ms, *, predicted_ms=101.0, moves=Tru
         m = measure.Measured(call=3, fw_ms=step_ms / 2, bw_ms=step_ms / 2, stall_ms=0.0)
         return types.SimpleNamespace(
             graph_id=graph_id, measured=m, note="", reverted=False, offloaded=["x"] if moved else [], recomputed=[],
+            resimulate=None,
             predicted=types.SimpleNamespace(baseline_step_ms=100.0, step_ms=predicted_ms, kernels=(10, 10)))
 
     base, new = plan(0, unmoved_ms, False), plan(1, replan_ms, moves)
     graph = MeasuredGraph(lambda *a: None, new, torch.device("cpu"), Corrections(measured_call=3),
                           lambda corrections, args: None, max_overhead=0.03)
-    graph.unmoved = base
+    graph.unmoved = (lambda *a: None, base, Corrections(measured_call=3))
+    graph.previous = graph.unmoved  # the re-plan replaced it
     return graph, new.measured, base
 
 
@@ -274,3 +276,21 @@ def test_auto_past_max_overhead_with_its_host_pacing_its_transfer_ops_recomputes
     assert third.corrections["recompute_only"] and b.current_plans == [third] and not third.reverted
     assert "planning once more, recomputing only (its host paced a phase with transfer ops)" in caplog.text
     assert_bitwise(reference, got)
+
+
+def test_the_plan_made_once_more_still_past_max_overhead_goes_back_to_nothing_moved(caplog):
+    """Past ``max_overhead`` over nothing moved after the re-plan was planned once more:
+    nothing moved is the plan within it, and the graph goes back to it (its compiled
+    callable kept), not to the re-plan."""
+    graph, timed, base = _replan_over_unmoved(100.0, 104.0)
+    graph.corrections = Corrections(measured_call=3, recompute_only=True)  # the plan made once more
+    replan = types.SimpleNamespace(graph_id=1, measured=measure.Measured(call=9, fw_ms=60.0, bw_ms=60.0, stall_ms=0.0))
+    graph.plan.graph_id = 2
+    why = graph._over_overhead(timed, timed, replan.measured, replan)
+    assert why == ("measured 104.00 ms, 4.0% over 100.00 ms with nothing moved, as graph 0 measured it, past "
+                   "max_overhead 3.0% as graph 1 was (20.0%)")
+    assert graph.previous is graph.unmoved and graph.again is None
+    made_once_more = graph.plan
+    graph._revert(why)
+    assert graph.plan is base and graph.done and made_once_more.reverted
+    assert made_once_more.note.endswith("given up, graph 0 runs again")

@@ -4,12 +4,15 @@
 :func:`overhead` is a measured step's cost over the step with nothing moved, as a model
 corrected from a measurement predicts that one, and :func:`held_overhead` whether a
 re-plan gives way to the plan it replaced on it: how ``"auto"``'s ``max_overhead`` is
-held as measured. Both that and :func:`worse` compare the two plans' measurements as
+held as measured (over a measured step with nothing moved where ``"auto"``'s first plan
+moved nothing). Both that and :func:`worse` compare the two plans' measurements as
 :func:`as_compared` gives them: each phase at least at the host's time to issue it
 (:func:`at_least_host`), the re-plan's at the host's pace of the plan it replaced
 (:func:`at_host_pace`). Where ``"auto"``'s re-plan measured past ``max_overhead`` and
-the plan it replaced measured slower still, :func:`tightened` gives the inputs of one
-more plan, searched within ``max_overhead`` less what the re-plan missed by.
+the plan it replaced measured slower still (or moved nothing), :func:`once_more` gives
+the inputs of one more plan: recomputing only, or searched within ``max_overhead`` less
+what the re-plan missed by (:func:`tightened`). :func:`step_text` and :func:`percent`
+say a step and an overhead in the log's words.
 """
 
 from __future__ import annotations
@@ -60,11 +63,10 @@ def held_overhead(new_ms: float, old_ms: float, predicted: Any, corrections: Cor
     ``memory_limit`` (the limit decides), or no fitted step with nothing moved.
 
     ``unmoved``: where the graph's first plan moved nothing and was measured, the new
-    plan's step at that plan's host pace and that plan's step (:func:`as_compared`); the
-    overheads are then measured over measured, not over the model's step with nothing
-    moved (the host's pace drifts between plans, and a fit to a plan that moves things
-    explained ResNet-50's step with nothing moved 4% to 29% off: ``benchmarks/RESULTS.md``,
-    session 40)."""
+    plan's step and that plan's, each at least its host's time (:func:`at_least_host`);
+    the overheads are then measured over measured, not over the model's step with
+    nothing moved (a fit to a plan that moves things explained ResNet-50's step with
+    nothing moved 4% to 29% off: ``benchmarks/RESULTS.md``, session 40)."""
     if max_overhead is None or corrections.limit_bytes is not None:
         return None
     if unmoved is not None:
@@ -183,4 +185,3 @@ def step_text(judged: Any, timed: Any) -> str:
 def percent(fraction: float) -> str:
     """``fraction`` in per cent: ``4.1%``."""
     return f"{fraction * 100:.1f}%"
-
