@@ -74,8 +74,7 @@ HOLD_FACTOR = 2.5
 HOLD_EXTRA_MS = 2.0
 #: Re-plans per graph: a measurement that still disagrees after one is reported, not acted on.
 MAX_REPLANS = 1
-#: Re-plans while the measured step goes over ``memory_limit`` (a bound the user set: each corrects again).
-MAX_LIMIT_REPLANS = 3
+MAX_LIMIT_REPLANS = 3  # re-plans while the measured step goes over ``memory_limit``
 #: Steps until a graph's measurements and re-plans are over, at most: each plan's warm-up,
 #: memory call, timed calls and kernels call (each read a step later), for the first plan and every
 #: re-plan ``memory_limit`` allows, more than ``"auto"``'s (undisturbed: a re-measure adds steps).
@@ -369,7 +368,8 @@ class MeasuredGraph:
                  baseline, percent(self.max_overhead))
         once = not self.corrections.overhead_margin and not self.corrections.recompute_only
         if base and not once and new > self.max_overhead:  # planned once more, and past it still
-            self.previous = self.unmoved  # nothing moved is the plan within it
+            self.previous, before.reverted = self.unmoved, True  # nothing moved is the plan within it
+            before.note = "; ".join(filter(None, (before.note, f"given up with graph {plan.graph_id}")))
             return (f"measured {step_text(judged, timed)}, {percent(new)} over {baseline}, past max_overhead "
                     f"{percent(self.max_overhead)} as graph {before.graph_id} was ({percent(old_overhead)})")
         if new > self.max_overhead and once and self.recompile is not None and (

@@ -284,13 +284,44 @@ def test_the_plan_made_once_more_still_past_max_overhead_goes_back_to_nothing_mo
     callable kept), not to the re-plan."""
     graph, timed, base = _replan_over_unmoved(100.0, 104.0)
     graph.corrections = Corrections(measured_call=3, recompute_only=True)  # the plan made once more
-    replan = types.SimpleNamespace(graph_id=1, measured=measure.Measured(call=9, fw_ms=60.0, bw_ms=60.0, stall_ms=0.0))
+    replan = types.SimpleNamespace(graph_id=1, measured=measure.Measured(call=9, fw_ms=60.0, bw_ms=60.0, stall_ms=0.0),
+                                   note="", reverted=False)
     graph.plan.graph_id = 2
     why = graph._over_overhead(timed, timed, replan.measured, replan)
     assert why == ("measured 104.00 ms, 4.0% over 100.00 ms with nothing moved, as graph 0 measured it, past "
                    "max_overhead 3.0% as graph 1 was (20.0%)")
     assert graph.previous is graph.unmoved and graph.again is None
+    assert replan.reverted and replan.note == "given up with graph 2"  # the plans in force: nothing moved
     made_once_more = graph.plan
     graph._revert(why)
     assert graph.plan is base and graph.done and made_once_more.reverted
     assert made_once_more.note.endswith("given up, graph 0 runs again")
+
+
+def test_the_whole_flow_back_to_nothing_moved_where_the_plan_made_once_more_misses_too(source, roomy, caplog):
+    """Re-plan 4% over nothing moved with its host pacing its transfer ops, the plan
+    made once more (recomputing only) 5% over: the graph runs nothing moved again, from
+    the compiled graph it started with; three plans, each measured once, gradients
+    bitwise."""
+    def make(call):
+        if len(b.plans) == 1:
+            return as_predicted(b.plans)(call)
+        over = 1.04 if len(b.plans) == 2 else 1.05
+        got = as_predicted(b.plans, time_scale=over * b.plans[0].measured.step_ms / b.plans[-1].predicted.step_ms)(call)
+        if len(b.plans) == 2:
+            got.host_fw_ms, got.host_bw_ms = 0.1 * got.fw_ms, got.bw_ms  # the backward paced
+        return got
+
+    steps = 3 * READ_AT + 4
+    model, batch = _model()
+    reference = train(model, batch, backend(**OPTIONS, policy="none", replan=False), steps=steps)
+    b = backend(**OPTIONS, memory_budget="auto", plan_cache=False)
+    source(make)
+    with caplog.at_level(logging.INFO, logger="offload_compiler"):
+        model, batch = _model()
+        got = train(model, batch, b, steps=steps)
+    first, second, third = b.plans
+    assert third.corrections["recompute_only"] and not third.offloaded and third.reverted and second.reverted
+    assert b.current_plans == [first] and b.settled and not _moves(first)
+    assert f"as graph {second.graph_id} was" in third.note and f"given up, graph {first.graph_id} runs again" in third.note
+    assert_bitwise(reference, got)
