@@ -618,3 +618,25 @@ def test_memory_limit_holds_on_the_measured_peak():
           f"{[round(p / 2**20) for p in peaks]} MiB;", [p.summary() for p in b.plans])
     assert b.settled
     assert max(peaks[-3:]) <= limit
+
+
+def test_auto_measures_nothing_moved_first_and_judges_its_replan_against_it(caplog):
+    """On a GPU with room, ``"auto"``'s first plan moves nothing (``planning.limits``
+    reads the device), its measurement is the step the re-plan's overhead is measured
+    against, and gradients over the whole flow (each plan measured, the graph compiled
+    again) are bitwise those of nothing moved (eager inner compiler)."""
+    from offload_compiler.planning.limits import unmoved_fits
+
+    assert unmoved_fits(1 << 20, "cuda:0") and not unmoved_fits(1 << 50, "cuda:0")
+    model = _model()
+    ref = _steps(model, _eager("none"), 24)
+    b = backend(inner_compiler="eager", memory_budget="auto")
+    with caplog.at_level(logging.INFO, logger="offload_compiler"):
+        got = _steps(model, b, 24)
+    first = b.plans[0]
+    print([p.summary() for p in b.plans])
+    assert first.provisional and not first.offloaded and not first.recomputed and first.measured is not None
+    assert len(b.plans) >= 2 and b.plans[1].replaces == first.graph_id and b.settled
+    if b.plans[1].offloaded or b.plans[1].recomputed:
+        assert f"with nothing moved, as graph {first.graph_id} measured it" in caplog.text
+    assert_bitwise(ref, got)
