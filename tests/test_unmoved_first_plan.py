@@ -72,7 +72,8 @@ def test_auto_measures_nothing_moved_first_and_holds_its_overhead_against_that_m
         model, batch = _model()
         got = train(model, batch, b, steps=BOTH_READ)
     first, second = b.plans
-    assert first.provisional and not _moves(first) and "searched again" in first.summary()
+    assert first.provisional and not _moves(first) and "searched again on the measured step (nothing moved: its " \
+        "measured step is what max_overhead is held against)" in first.summary()
     assert second.replaces == first.graph_id and not second.provisional and _moves(second)
     assert second.corrections["measured_call"] == first.measured.call
     assert "\"auto\": nothing moved, measured as the step the search holds max_overhead against" in caplog.text

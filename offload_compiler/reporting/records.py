@@ -305,6 +305,8 @@ class GraphPlan:
             )
             + (f"; planned for {sizes_text(self.planned_sizes)}" if self.planned_sizes else "")
             + ("; \"auto\"'s first plan: searched again on the measured step" if self.provisional else "")
+            + (" (nothing moved: its measured step is what max_overhead is held against)"
+               if self.provisional and not self.offloaded and not self.recomputed else "")
             + (f"; {self.note}" if self.note else "")
         )
 
