@@ -265,14 +265,12 @@ class MeasuredGraph:
         if self.previous is not None:
             _, before, before_corrections = self.previous
             judged, old = self._judged(timed, before)
-            if worse(judged, old, before_corrections):
-                self._revert(f"measured {step_text(judged, timed)} and {nbytes_text(timed.step_peak_bytes or 0)} "
-                             f"at its step peak, worse than graph {before.graph_id}'s "
-                             f"{step_text(old, before.measured)} and {nbytes_text(old.step_peak_bytes or 0)}")
-                return
-            over = self._over_overhead(judged, timed, old, before)
-            if over:
-                self._revert(over)
+            over = self._over_overhead(judged, timed, old, before)  # first: it may go back further
+            if over or worse(judged, old, before_corrections):
+                self._revert(over or f"measured {step_text(judged, timed)} and "
+                             f"{nbytes_text(timed.step_peak_bytes or 0)} at its step peak, worse than graph "
+                             f"{before.graph_id}'s {step_text(old, before.measured)} and "
+                             f"{nbytes_text(old.step_peak_bytes or 0)}")
                 return
             self.previous, again, self.again = None, self.again, None
             if again is not None:
