@@ -143,3 +143,22 @@ def test_the_step_time_is_of_steps_run_back_to_back():
     ms = back_to_back(lambda: calls.append("step"), lambda: calls.append("zero_grad"),
                       lambda: calls.append("sync"), 3)
     assert calls == ["sync"] + ["step", "zero_grad"] * 3 + ["sync"] and ms >= 0
+
+
+
+def test_blocks_are_the_largest_module_list_or_the_path_named():
+    """Without a ModuleList the error says to name the blocks, a Sequential too (a
+    Sequential is not guessed: ResNet's largest stage would be checkpointed alone)."""
+    import pytest
+    import torch.nn as nn
+
+    from offload_compiler.compare import find_blocks
+
+    model = nn.Module()
+    model.blocks = nn.Sequential(*(nn.Linear(2, 2) for _ in range(2)))
+    with pytest.raises(ValueError, match="name the repeated blocks with --blocks, a dotted path to a "
+                                         "ModuleList or Sequential"):
+        find_blocks(model, None)
+    assert find_blocks(model, "blocks") is model.blocks
+    model.layers = nn.ModuleList([nn.Linear(2, 2)])
+    assert find_blocks(model, None) is model.layers

@@ -113,7 +113,8 @@ def find_blocks(model, path: str | None):
         return obj
     lists = [m for m in model.modules() if isinstance(m, nn.ModuleList) and len(m) > 0]
     if not lists:
-        raise ValueError("no nn.ModuleList of blocks found; name one with --blocks")
+        raise ValueError("no nn.ModuleList of blocks found; name the repeated blocks with --blocks, a "
+                         "dotted path to a ModuleList or Sequential of them (timm's ViT: model.blocks)")
     return max(lists, key=len)
 
 
