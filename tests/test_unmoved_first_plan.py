@@ -47,6 +47,25 @@ def _moves(plan):
     return bool(plan.offloaded or plan.recomputed)
 
 
+def _auto(source, caplog, make, steps):
+    """``"auto"`` trained ``steps`` steps, each measurement ``make(plans, call)`` (``plans``:
+    the backend's so far), and the same steps with nothing moved: (backend, its gradients,
+    the reference gradients, the measurement source)."""
+    model, batch = _model()
+    reference = train(model, batch, backend(**OPTIONS, policy="none", replan=False), steps=steps)
+    b = backend(**OPTIONS, memory_budget="auto", plan_cache=False)
+    fake = source(lambda call: make(b.plans, call))
+    with caplog.at_level(logging.INFO, logger="offload_compiler"):
+        model, batch = _model()
+        got = train(model, batch, b, steps=steps)
+    return b, got, reference, fake
+
+
+def _over(plans, call, scale):
+    """The latest plan measured ``scale`` times the first plan's measured step."""
+    return as_predicted(plans, time_scale=scale * plans[0].measured.step_ms / plans[-1].predicted.step_ms)(call)
+
+
 def test_nothing_moved_fits_with_its_margin_and_room_for_the_optimizer(monkeypatch):
     """The predicted step peak ``UNMOVED_MARGIN`` times over, what is held and twice that
     again (the first optimizer step's state) must fit what the device can give; off a
@@ -64,13 +83,7 @@ def test_auto_measures_nothing_moved_first_and_holds_its_overhead_against_that_m
     """The first plan moves nothing and is measured; the re-plan is searched on the
     inputs fitted to it, and its measured overhead is over that measurement, not over a
     model of it. Two plans, each measured once; gradients bitwise."""
-    model, batch = _model()
-    reference = train(model, batch, backend(**OPTIONS, policy="none", replan=False), steps=BOTH_READ)
-    b = backend(**OPTIONS, memory_budget="auto", plan_cache=False)
-    fake = source(as_predicted(b.plans))
-    with caplog.at_level(logging.INFO, logger="offload_compiler"):
-        model, batch = _model()
-        got = train(model, batch, b, steps=BOTH_READ)
+    b, got, reference, fake = _auto(source, caplog, lambda plans, call: as_predicted(plans)(call), BOTH_READ)
     first, second = b.plans
     assert first.provisional and not _moves(first) and "searched again on the measured step (nothing moved: its " \
         "measured step is what max_overhead is held against)" in first.summary()
@@ -93,18 +106,10 @@ def test_a_replan_past_max_overhead_over_nothing_moved_is_planned_once_more_not_
     giving way to nothing moved (no memory saved), the graph is planned once more within
     ``max_overhead`` less what the re-plan missed by; that plan, measured within, stays.
     Three plans, gradients bitwise."""
-    def make(call):
-        if len(b.plans) != 2:
-            return as_predicted(b.plans)(call)
-        return as_predicted(b.plans, time_scale=1.04 * b.plans[0].measured.step_ms / b.plans[1].predicted.step_ms)(call)
+    def make(plans, call):
+        return _over(plans, call, 1.04) if len(plans) == 2 else as_predicted(plans)(call)
 
-    model, batch = _model()
-    reference = train(model, batch, backend(**OPTIONS, policy="none", replan=False), steps=3 * READ_AT)
-    b = backend(**OPTIONS, memory_budget="auto", plan_cache=False)
-    source(make)
-    with caplog.at_level(logging.INFO, logger="offload_compiler"):
-        model, batch = _model()
-        got = train(model, batch, b, steps=3 * READ_AT)
+    b, got, reference, _ = _auto(source, caplog, make, 3 * READ_AT)
     first, second, third = b.plans
     assert not _moves(first) and third.replaces == second.graph_id
     assert not second.reverted and not third.reverted and b.current_plans == [third]
@@ -257,21 +262,14 @@ def test_auto_past_max_overhead_with_its_host_pacing_its_transfer_ops_recomputes
     """The whole flow: the re-plan (it offloads) measured 4% over nothing moved with the
     host pacing its backward; the third plan offloads nothing, is measured and kept.
     Gradients bitwise."""
-    def make(call):
-        if len(b.plans) != 2:
-            return as_predicted(b.plans)(call)
-        got = as_predicted(b.plans, time_scale=1.04 * b.plans[0].measured.step_ms / b.plans[1].predicted.step_ms)(call)
+    def make(plans, call):
+        if len(plans) != 2:
+            return as_predicted(plans)(call)
+        got = _over(plans, call, 1.04)
         got.host_fw_ms, got.host_bw_ms = 0.1 * got.fw_ms, got.bw_ms  # the backward paced
         return got
 
-    steps = 3 * READ_AT + 4
-    model, batch = _model()
-    reference = train(model, batch, backend(**OPTIONS, policy="none", replan=False), steps=steps)
-    b = backend(**OPTIONS, memory_budget="auto", plan_cache=False)
-    source(make)
-    with caplog.at_level(logging.INFO, logger="offload_compiler"):
-        model, batch = _model()
-        got = train(model, batch, b, steps=steps)
+    b, got, reference, _ = _auto(source, caplog, make, 3 * READ_AT + 4)
     first, second, third = b.plans
     assert not _moves(first) and second.offloaded and not third.offloaded
     assert third.corrections["recompute_only"] and b.current_plans == [third] and not third.reverted
@@ -304,23 +302,15 @@ def test_the_whole_flow_back_to_nothing_moved_where_the_plan_made_once_more_miss
     made once more (recomputing only) 5% over: the graph runs nothing moved again, from
     the compiled graph it started with; three plans, each measured once, gradients
     bitwise."""
-    def make(call):
-        if len(b.plans) == 1:
-            return as_predicted(b.plans)(call)
-        over = 1.04 if len(b.plans) == 2 else 1.05
-        got = as_predicted(b.plans, time_scale=over * b.plans[0].measured.step_ms / b.plans[-1].predicted.step_ms)(call)
-        if len(b.plans) == 2:
+    def make(plans, call):
+        if len(plans) == 1:
+            return as_predicted(plans)(call)
+        got = _over(plans, call, 1.04 if len(plans) == 2 else 1.05)
+        if len(plans) == 2:
             got.host_fw_ms, got.host_bw_ms = 0.1 * got.fw_ms, got.bw_ms  # the backward paced
         return got
 
-    steps = 3 * READ_AT + 4
-    model, batch = _model()
-    reference = train(model, batch, backend(**OPTIONS, policy="none", replan=False), steps=steps)
-    b = backend(**OPTIONS, memory_budget="auto", plan_cache=False)
-    source(make)
-    with caplog.at_level(logging.INFO, logger="offload_compiler"):
-        model, batch = _model()
-        got = train(model, batch, b, steps=steps)
+    b, got, reference, _ = _auto(source, caplog, make, 3 * READ_AT + 4)
     first, second, third = b.plans
     assert third.corrections["recompute_only"] and not third.offloaded and third.reverted and second.reverted
     assert b.current_plans == [first] and b.settled and not _moves(first)
