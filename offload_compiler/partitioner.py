@@ -144,7 +144,7 @@ class OffloadPartitioner(CustomPartitionerFn):
                      "this key; planning afresh", graph_id)
             return None
         plan = entry.plan
-        if (plan.provisional and not plan.offloaded and not plan.recomputed and plan.predicted is not None
+        if (plan.provisional and plan.moves_nothing and plan.predicted is not None
                 and not unmoved_fits(plan.predicted.baseline_step_peak_bytes,
                                      next((d.device for d in plan.decisions), "cpu"))):
             progress.info("offload: graph %d: the cached plan moves nothing, and that no longer fits "

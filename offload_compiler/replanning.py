@@ -290,7 +290,7 @@ class MeasuredGraph:
                 return
             self._plan_again(self.corrections, args, ["\"auto\"'s first plan was not searched"], "the estimates")
             return
-        if unsearched and not plan.offloaded and not plan.recomputed:
+        if unsearched and plan.moves_nothing:
             self.unmoved = (self.compiled, plan, self.corrections)  # what overheads are measured against
             why = ["\"auto\"'s first plan moved nothing: measured, it is the step max_overhead is held against", *why]
         elif unsearched and not why:
@@ -350,7 +350,7 @@ class MeasuredGraph:
         moved where it was planned once more; else ``None``, and past it, one more plan
         (``self.again``). The measured overhead is logged either way."""
         plan, unmoved, base = self.plan, None, self.unmoved and self.unmoved[1]
-        if not plan.offloaded and not plan.recomputed:
+        if plan.moves_nothing:
             return None  # nothing moved has no overhead; its measurements differ by the host's noise
         if base is not None:  # each at its own host's pace: the host a plan costs is the plan's
             unmoved = at_least_host(timed).step_ms, at_least_host(base.measured).step_ms
@@ -364,14 +364,13 @@ class MeasuredGraph:
         log.info("offload: graph %d: \"auto\" measured %s %s the step with nothing moved (%s; "
                  "max_overhead %s)", plan.graph_id, percent(abs(new)), "over" if new >= 0 else "under",
                  baseline, percent(self.max_overhead))
-        once = not self.corrections.overhead_margin and not self.corrections.recompute_only
-        if base and not once and new > self.max_overhead:  # planned once more, and past it still
+        if base and self.corrections.planned_once_more and new > self.max_overhead:  # and past it still
             self.previous, before.reverted = self.unmoved, True  # nothing moved is the plan within it
             before.note = "; ".join(filter(None, (before.note, f"given up with graph {plan.graph_id}")))
             return (f"measured {step_text(judged, timed)}, {percent(new)} over {baseline}, past max_overhead "
                     f"{percent(self.max_overhead)} as graph {before.graph_id} was ({percent(old_overhead)})")
-        if new > self.max_overhead and once and self.recompile is not None and (
-                not gives_way or before is base):  # once; past nothing moved itself, before giving way to it
+        if new > self.max_overhead and not self.corrections.planned_once_more and self.recompile is not None and (
+                not gives_way or before is base):  # past nothing moved itself, before giving way to it
             self.again = once_more(self.corrections, new, plan.predicted, timed, bool(plan.offloaded), base is not None)
             if self.again and before is base and self.again.overhead_margin >= self.max_overhead:
                 self.again = None  # within no overhead, nothing moves: that is ``before``

@@ -301,7 +301,7 @@ def _graph_after_replan(before_ms, after_ms, *, baseline_ms=100.0, max_overhead=
     def plan(graph_id, step_ms):
         m = measure.Measured(call=3, fw_ms=step_ms / 2, bw_ms=step_ms / 2, stall_ms=0.0)
         return types.SimpleNamespace(graph_id=graph_id, measured=m, note="", reverted=False, offloaded=["x"],
-                                     recomputed=[],
+                                     recomputed=[], moves_nothing=False,
                                      predicted=types.SimpleNamespace(baseline_step_ms=baseline_ms, step_ms=baseline_ms))
 
     new = plan(1, after_ms)

@@ -44,7 +44,7 @@ def _model():
 
 
 def _moves(plan):
-    return bool(plan.offloaded or plan.recomputed)
+    return not plan.moves_nothing
 
 
 def _auto(source, caplog, make, steps):
@@ -191,7 +191,7 @@ def _replan_over_unmoved(unmoved_ms, replan_ms, *, predicted_ms=101.0, moves=Tru
         m = measure.Measured(call=3, fw_ms=step_ms / 2, bw_ms=step_ms / 2, stall_ms=0.0)
         return types.SimpleNamespace(
             graph_id=graph_id, measured=m, note="", reverted=False, offloaded=["x"] if moved else [], recomputed=[],
-            resimulate=None,
+            moves_nothing=not moved, resimulate=None,
             predicted=types.SimpleNamespace(baseline_step_ms=100.0, step_ms=predicted_ms, kernels=(10, 10)))
 
     base, new = plan(0, unmoved_ms, False), plan(1, replan_ms, moves)

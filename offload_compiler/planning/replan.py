@@ -100,6 +100,12 @@ class Corrections:
     """The call of the compiled graph these come from (``None``: not measured)."""
 
     @property
+    def planned_once_more(self) -> bool:
+        """``"auto"``'s plan made once more past ``max_overhead`` (``judging.once_more``):
+        within a margin, or recomputing only. Such a plan is not planned again for it."""
+        return bool(self.overhead_margin) or self.recompute_only
+
+    @property
     def available_bytes(self) -> int | None:
         """Bytes the step may take above what is held before it, under ``memory_limit``
         (rounded down, ``AVAILABLE_BITS``); ``None`` without a limit."""

@@ -274,6 +274,11 @@ class GraphPlan:
         return [d for d in self.decisions if d.decision is Decision.OFFLOAD]
 
     @property
+    def moves_nothing(self) -> bool:
+        """Nothing offloaded and nothing recomputed: the step as Inductor runs it."""
+        return not any(d.decision in (Decision.OFFLOAD, Decision.RECOMPUTE) for d in self.decisions)
+
+    @property
     def offloaded_bytes(self) -> int:
         return sum(d.nbytes for d in self.offloaded)
 
@@ -306,7 +311,7 @@ class GraphPlan:
             + (f"; planned for {sizes_text(self.planned_sizes)}" if self.planned_sizes else "")
             + ("; \"auto\"'s first plan: searched again on the measured step" if self.provisional else "")
             + (" (nothing moved: its measured step is what max_overhead is held against)"
-               if self.provisional and not self.offloaded and not self.recomputed else "")
+               if self.provisional and self.moves_nothing else "")
             + (f"; {self.note}" if self.note else "")
         )
 
