@@ -47,7 +47,8 @@ from typing import Any, Callable
 import torch
 
 from .nbytes import nbytes_text
-from .planning.judging import as_compared, at_least_host, held_overhead, once_more, percent, step_text, worse
+from .planning.judging import (as_compared, at_least_host, held_overhead, once_more, once_more_text, percent,
+                               step_text, worse)
 from .planning.replan import (MAX_TRUSTED_RATIO, Corrections, corrected, disagreements, over_limit,
                               paced_phases, repredicted, trusted)
 from .reporting.dump import write_measured
@@ -371,7 +372,8 @@ class MeasuredGraph:
                     f"{percent(self.max_overhead)} as graph {before.graph_id} was ({percent(old_overhead)})")
         if new > self.max_overhead and not self.corrections.planned_once_more and self.recompile is not None and (
                 not gives_way or before is base):  # past nothing moved itself, before giving way to it
-            self.again = once_more(self.corrections, new, plan.predicted, timed, bool(plan.offloaded), base is not None)
+            self.again = once_more(self.corrections, new, plan.predicted, timed, bool(plan.offloaded),
+                                   base and (base.predicted, base.measured, self.unmoved[2]))
             if self.again and before is base and self.again.overhead_margin >= self.max_overhead:
                 self.again = None  # within no overhead, nothing moves: that is ``before``
             gives_way = gives_way and self.again is None
@@ -381,9 +383,7 @@ class MeasuredGraph:
                             "max_overhead %s; %s%s", plan.graph_id, percent(new), percent(self.max_overhead),
                             f"the plan it replaced (graph {before.graph_id}) measured {percent(old_overhead)}: "
                             "keeping the faster" if before is not base else "keeping it for now",
-                            "" if self.again is None else ", and planning once more, recomputing only (its host paced "
-                            "a phase with transfer ops)" if self.again.recompute_only else
-                            f", and planning once more within {percent(self.max_overhead)} less what it missed by")
+                            once_more_text(self.again, self.max_overhead))
             return None
         return (f"measured {step_text(judged, timed)}, {percent(new)} over {baseline}, past max_overhead "
                 f"{percent(self.max_overhead)}; graph {before.graph_id} measured {step_text(old, before.measured)} "

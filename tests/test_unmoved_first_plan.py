@@ -233,13 +233,14 @@ def test_once_more_recomputes_only_where_an_offloading_replan_was_paced_by_its_h
     from offload_compiler.config import OffloadConfig
     from offload_compiler.planning.judging import once_more, within_margin
 
-    predicted = types.SimpleNamespace(baseline_step_ms=100.0, step_ms=102.0)
+    predicted = types.SimpleNamespace(baseline_step_ms=100.0, step_ms=102.0, bw_compute_ms=20.0, bw_recompute_ms=0.0)
     fitted = Corrections(measured_call=3)
     paced = measure.Measured(call=5, fw_ms=10.0, bw_ms=20.0, stall_ms=0.0, host_fw_ms=4.0, host_bw_ms=19.0)
     ahead = measure.Measured(call=5, fw_ms=10.0, bw_ms=20.0, stall_ms=0.0, host_fw_ms=4.0, host_bw_ms=8.0)
-    got = once_more(fitted, 0.05, predicted, paced, offloaded=True, unmoved=True)
+    base = (predicted, ahead, Corrections())  # nothing moved, measured (the re-plan recomputes nothing more)
+    got = once_more(fitted, 0.05, predicted, paced, offloaded=True, unmoved=base)
     assert got.recompute_only and not got.overhead_margin and got.measured_call == 3
-    for timed, offloaded, unmoved in ((ahead, True, True), (paced, False, True), (paced, True, False)):
+    for timed, offloaded, unmoved in ((ahead, True, base), (paced, False, base), (paced, True, None)):
         again = once_more(fitted, 0.05, predicted, timed, offloaded=offloaded, unmoved=unmoved)
         assert not again.recompute_only and again.overhead_margin == pytest.approx(0.03)
     config = OffloadConfig(memory_budget="auto", max_overhead=0.03)
@@ -315,4 +316,73 @@ def test_the_whole_flow_back_to_nothing_moved_where_the_plan_made_once_more_miss
     assert third.corrections["recompute_only"] and not third.offloaded and third.reverted and second.reverted
     assert b.current_plans == [first] and b.settled and not _moves(first)
     assert f"as graph {second.graph_id} was" in third.note and f"given up, graph {first.graph_id} runs again" in third.note
+    assert_bitwise(reference, got)
+
+
+def _backward(bw_ms, host_bw_ms=1.0, ahead=None):
+    m = measure.Measured(call=5, fw_ms=10.0, bw_ms=bw_ms, stall_ms=0.0, host_fw_ms=1.0, host_bw_ms=host_bw_ms)
+    m.ahead_compute_ms = (None, ahead)
+    return m
+
+
+def test_recomputation_fitted_apart_from_the_backwards_other_kernels():
+    """The backward with nothing moved and a plan's that recomputes more, both measured:
+    the backward's kernels at one scale and the recomputations at that times another
+    (here 1.2 and 2.5), where one scale fitted to nothing moved (1.38) priced the
+    plan's recomputations at 5.52 ms that took 12 ms. Kernels timed with the host ahead
+    count where the host paced the backward; unmeasured, too little recomputation more,
+    or a factor past ``RECOMPUTE_FIT_RANGE``: no fit."""
+    from offload_compiler.planning.judging import RECOMPUTE_FIT_RANGE, once_more, recompute_fitted
+
+    unmoved = (types.SimpleNamespace(bw_compute_ms=10.0, bw_recompute_ms=1.0), _backward(13.8), Corrections())
+    fitted = Corrections(measured_call=3, bw_scale=1.38)  # 13.8 / 10: nothing moved, one scale
+    plan = types.SimpleNamespace(bw_compute_ms=1.38 * 13, bw_recompute_ms=1.38 * 4, baseline_step_ms=100.0,
+                                 step_ms=101.0)  # 9 ms of other kernels, 4 of recomputation
+    truth = 1.2 * (9 + 2.5 * 4)
+    got = recompute_fitted(fitted, plan, _backward(truth), *unmoved)
+    assert got.bw_scale == pytest.approx(1.2) and got.recompute_scale == pytest.approx(2.5)
+    assert got.measured_call == 3 and got.planned_once_more and "recomputation x2.50" in got.describe()
+    assert got.key() != fitted.key()
+    paced_ahead = _backward(30.0, host_bw_ms=30.0, ahead=truth)
+    assert recompute_fitted(fitted, plan, paced_ahead, *unmoved).recompute_scale == pytest.approx(2.5)
+    assert recompute_fitted(fitted, plan, _backward(30.0, host_bw_ms=30.0), *unmoved) is None  # not measured
+    little = types.SimpleNamespace(bw_compute_ms=1.38 * 10.01, bw_recompute_ms=1.38 * 1.01)
+    assert recompute_fitted(fitted, little, _backward(14.0), *unmoved) is None
+    far = 1.2 * (9 + (RECOMPUTE_FIT_RANGE + 1) * 4)
+    assert recompute_fitted(fitted, plan, _backward(far), *unmoved) is None
+    # Past max_overhead, a plan that offloaded nothing: one more plan with recomputation as measured.
+    again = once_more(fitted, 0.08, plan, _backward(truth), offloaded=False, unmoved=unmoved)
+    assert again.recompute_scale == pytest.approx(2.5) and not again.overhead_margin and not again.recompute_only
+    # Recomputation priced as measured or cheaper: not the miss; within max_overhead less it.
+    cheap = 1.2 * (9 + 1.0 * 4)
+    assert once_more(fitted, 0.08, plan, _backward(cheap), offloaded=False, unmoved=unmoved).overhead_margin > 0
+
+
+def test_a_replan_whose_recomputation_cost_more_is_planned_once_more_with_it_priced_as_measured(
+        source, roomy, caplog):
+    """Nothing offloaded (``max_host_bytes`` 0): the re-plan's recomputations take three
+    times their price in the backward, past ``max_overhead``; the plan made once more
+    prices them so (fitted to 3.00), recomputes less, and measures within. Gradients
+    bitwise."""
+    def make(plans, call):
+        p = plans[-1].predicted
+        k = 3.0 if len(plans) == 2 else 1.0
+        return measure.Measured(call=call, fw_ms=p.fw_compute_ms, bw_ms=p.bw_compute_ms + (k - 1) * p.bw_recompute_ms,
+                                stall_ms=0.0, held_before_bytes=0, step_peak_bytes=p.step_peak_bytes,
+                                peak_phase="backward")
+
+    model, batch = _model()
+    reference = train(model, batch, backend(**OPTIONS, policy="none", replan=False), steps=3 * READ_AT)
+    b = backend(**OPTIONS, memory_budget="auto", plan_cache=False, max_host_bytes=0)
+    source(lambda call: make(b.plans, call))
+    with caplog.at_level(logging.INFO, logger="offload_compiler"):
+        model, batch = _model()
+        got = train(model, batch, b, steps=3 * READ_AT)
+    first, second, third = b.plans
+    assert not _moves(first) and second.recomputed and not second.offloaded
+    assert second.predicted.bw_recompute_ms > 0.02 * second.predicted.bw_compute_ms
+    assert third.corrections["recompute_scale"] == pytest.approx(3.0)
+    assert 0 < len(third.recomputed) < len(second.recomputed)
+    assert b.current_plans == [third] and not third.reverted
+    assert "planning once more with recomputation priced as measured (x3.00)" in caplog.text
     assert_bitwise(reference, got)

@@ -241,7 +241,7 @@ class NodeCosts:
     """
 
     def __init__(self, hw: HardwareProfile, profile: bool = False, repeat: int = 5,
-                 fw_scale: float = 1.0, bw_scale: float = 1.0) -> None:
+                 fw_scale: float = 1.0, bw_scale: float = 1.0, recompute_scale: float = 1.0) -> None:
         self.hw = hw
         self.profile = profile
         self.repeat = repeat
@@ -250,6 +250,8 @@ class NodeCosts:
         facts (``facts.gather``) scale forward node times and recomputations by it."""
         self.bw_scale = bw_scale
         """The same for the backward's node times."""
+        self.recompute_scale = recompute_scale
+        """Measured over estimated recomputation, on top of those (``judging.recompute_fitted``)."""
 
     def __call__(self, node: fx.Node, fused_reads: frozenset | set = frozenset()) -> float:
         key = None

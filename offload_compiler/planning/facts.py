@@ -62,6 +62,16 @@ class Facts:
     above recomputation, and those plans ran 2 to 3 ms slower on an H100 than plans
     that offload (``benchmarks/RESULTS.md``, session 4)."""
 
+    bw_recomputes: list[bool] = dataclasses.field(default_factory=list)
+    """Which backward ops are recomputations (read no gradient: ``costs.recompute_free_reads``),
+    their times scaled by ``NodeCosts.recompute_scale`` as well."""
+
+    def compute_ms(self) -> tuple[float, float, float]:
+        """The forward's and the backward's op times summed, and the backward's
+        recomputations' among them (``Predictions.bw_recompute_ms``)."""
+        recomputed = sum(ms for ms, rc in zip(self.bw_ms, self.bw_recomputes) if rc)
+        return sum(self.fw_ms), sum(self.bw_ms), recomputed
+
     def kernels(self) -> tuple[int, int]:
         """Forward and backward ops that take GPU time (what the host lane counts)."""
         return sum(ms > 0 for ms in self.fw_ms), sum(ms > 0 for ms in self.bw_ms)
@@ -173,15 +183,15 @@ def _gather(fw_gm: fx.GraphModule, bw_gm: fx.GraphModule, num_fwd_outputs: int,
               for n in bw_nodes]
     slowed = ([not is_extern(n) for n in fw_nodes], [not is_extern(n) for n in bw_nodes])
     transients = step_transients(fw_live, bw_live, num_fwd_outputs)
-    fw, bw = cost.fw_scale, cost.bw_scale  # measured corrections (planning/replan.py)
-    if fw != 1.0:
-        tensors = [dataclasses.replace(x, recompute_ms=x.recompute_ms * fw, shared_ms=x.shared_ms * fw)
+    fw, bw, rc = cost.fw_scale, cost.bw_scale, cost.recompute_scale  # measured (planning/replan.py)
+    if fw * rc != 1.0:
+        tensors = [dataclasses.replace(x, recompute_ms=x.recompute_ms * fw * rc, shared_ms=x.shared_ms * fw * rc)
                    for x in tensors]
     free = recompute_free_reads(bw_gm.graph)  # recomputations priced as the solver priced them
-    bw_ms = [cost(n, free.get(n, frozenset())) * bw for n in bw_nodes]
+    bw_ms = [cost(n, free.get(n, frozenset())) * bw * (rc if n in free else 1.0) for n in bw_nodes]
     return Facts(fw_nodes, bw_nodes, [cost(n) * fw for n in fw_nodes], bw_ms, tensors, options, chains,
-                 bw_out_bytes=bw_out,
-                 slowed=slowed, transients=transients)
+                 bw_out_bytes=bw_out, slowed=slowed, transients=transients,
+                 bw_recomputes=[n in free for n in bw_nodes])
 
 
 def _share_recomputation(tensors: list[SimTensor], chains: dict[str, list[str]],
@@ -237,17 +247,21 @@ def resimulation(facts: Facts, decisions: dict[str, Decision], lanes: Lanes,
     """The plan of ``final`` (its ``decisions`` on this partition, its copies released
     and reloaded where ``final`` put them, as compiled) simulated again as
     ``again(fw_k, bw_k, **lanes_changes)``: forward op times (recomputations included)
-    ``fw_k`` times, backward ones ``bw_k`` times what they were, with ``lanes_changes``
+    ``fw_k`` times, backward ones ``bw_k`` times what they were (recomputations ``rc_k``
+    times besides), with ``lanes_changes``
     (measured host times, bandwidths). What a measurement's times are fitted with
     (``replan.corrected``)."""
     tensors = [dataclasses.replace(x, decision=decisions.get(x.name, KEEP),
                                    release_after=final.release_after.get(x.name),
                                    reload_before=final.reload_before.get(x.name)) for x in facts.tensors]
 
-    def again(fw_k: float, bw_k: float, **lanes_changes: Any) -> SimResult:
-        scaled = [dataclasses.replace(x, recompute_ms=x.recompute_ms * fw_k, shared_ms=x.shared_ms * fw_k)
+    recomputes = facts.bw_recomputes or [False] * len(facts.bw_ms)
+
+    def again(fw_k: float, bw_k: float, rc_k: float = 1.0, **lanes_changes: Any) -> SimResult:
+        scaled = [dataclasses.replace(x, recompute_ms=x.recompute_ms * fw_k * rc_k, shared_ms=x.shared_ms * fw_k * rc_k)
                   for x in tensors]
-        return simulate([ms * fw_k for ms in facts.fw_ms], [ms * bw_k for ms in facts.bw_ms], scaled,
+        bw_ms = [ms * bw_k * (rc_k if rc else 1.0) for ms, rc in zip(facts.bw_ms, recomputes)]
+        return simulate([ms * fw_k for ms in facts.fw_ms], bw_ms, scaled,
                         dataclasses.replace(lanes, **lanes_changes), bw_out_bytes=facts.bw_out_bytes,
                         slowed=facts.slowed)
     return again

@@ -11,7 +11,8 @@ moved nothing). Both that and :func:`worse` compare the two plans' measurements 
 (:func:`at_host_pace`). Where ``"auto"``'s re-plan measured past ``max_overhead`` and
 the plan it replaced measured slower still (or moved nothing), :func:`once_more` gives
 the inputs of one more plan: recomputing only, or searched within ``max_overhead`` less
-what the re-plan missed by (:func:`tightened`). :func:`step_text` and :func:`percent`
+what the re-plan missed by (:func:`tightened`), or with recomputation priced as
+measured (:func:`recompute_fitted`). :func:`step_text` and :func:`percent`
 say a step and an overhead in the log's words.
 """
 
@@ -148,20 +149,93 @@ def tightened(corrections: Corrections, measured: float, predicted: Any) -> Corr
 
 
 def once_more(corrections: Corrections, measured: float, predicted: Any, timed: Any, offloaded: bool,
-              unmoved: bool) -> Corrections | None:
+              unmoved: tuple[Any, Any, Corrections] | None) -> Corrections | None:
     """The inputs of ``"auto"``'s one more plan where its re-plan (``predicted`` with
     ``corrections``, measured as ``timed``: ``measured`` over the step with nothing
-    moved) went past ``max_overhead``. Where that step was measured (``unmoved``) and
-    the re-plan offloaded (``offloaded``) with the host pacing a phase of it, the host
-    cost of its transfer graph is what the model missed, and the fit to nothing moved
-    explains a graph without transfer ops (which keeps Inductor's buffer pool): the next
-    plan recomputes only (``Corrections.recompute_only``). On an H200 (session 41),
-    ViT-B/16's re-plan with 27 values offloaded issued its backward in 20.03 ms (5.11 in
-    108 transfer ops, 557 allocations) against 11.46 ms (322) with nothing moved, and
-    ran 1.19x Inductor's step. Otherwise :func:`tightened`."""
+    moved) went past ``max_overhead``. ``unmoved``: where that step was measured, the
+    plan that moved nothing (its predictions, its measurement, the inputs it was made
+    with).
+
+    Where the re-plan offloaded (``offloaded``) with the host pacing a phase of it, the
+    host cost of its transfer graph is what the model missed, and the fit to nothing
+    moved explains a graph without transfer ops (which keeps Inductor's buffer pool):
+    the next plan recomputes only (``Corrections.recompute_only``). On an H200 (session
+    41), ViT-B/16's re-plan with 27 values offloaded issued its backward in 20.03 ms
+    (5.11 in 108 transfer ops, 557 allocations) against 11.46 ms (322) with nothing
+    moved, and ran 1.19x Inductor's step. Where it offloaded nothing and its
+    recomputations cost more than priced (:func:`recompute_fitted`), the next plan prices
+    them as measured. Otherwise :func:`tightened`."""
     if unmoved and offloaded and any(paced_phases(timed)):
         return dataclasses.replace(corrections, recompute_only=True)
+    if unmoved and not offloaded:
+        fitted = recompute_fitted(corrections, predicted, timed, *unmoved)
+        if fitted is not None and fitted.recompute_scale > corrections.recompute_scale * (1 + TOLERANCE):
+            return fitted
     return tightened(corrections, measured, predicted)
+
+
+def once_more_text(again: Corrections | None, max_overhead: float) -> str:
+    """How the log says what :func:`once_more` gave (``again``): ``""`` for nothing."""
+    if again is None:
+        return ""
+    if again.recompute_only:
+        return ", and planning once more, recomputing only (its host paced a phase with transfer ops)"
+    if not again.overhead_margin:
+        return f", and planning once more with recomputation priced as measured (x{again.recompute_scale:.2f})"
+    return f", and planning once more within {percent(max_overhead)} less what it missed by"
+
+
+#: Recomputation is fitted (:func:`recompute_fitted`) only where a plan's predicted
+#: recomputation exceeds nothing moved's by at least this fraction of its measured
+#: backward (less, and the timings' noise is most of the difference), and only to a
+#: factor within ``RECOMPUTE_FIT_RANGE`` of 1.
+RECOMPUTE_FIT_MIN = 0.02
+RECOMPUTE_FIT_RANGE = 4.0
+
+
+def backward_kernels_ms(measured: Any) -> float | None:
+    """A measured backward's kernels: timed with the host ahead, or its compute where the
+    host did not pace it; ``None`` where neither was measured."""
+    ahead = getattr(measured, "ahead_compute_ms", (None, None))[1]
+    if ahead:
+        return ahead
+    if paced(measured.host_bw_ms, measured.bw_ms) or measured.bw_compute_ms <= 0:
+        return None
+    return measured.bw_compute_ms
+
+
+def recompute_fitted(corrections: Corrections, predicted: Any, timed: Any, unmoved_predicted: Any,
+                     unmoved_timed: Any, unmoved_corrections: Corrections) -> Corrections | None:
+    """``corrections`` (a plan's inputs, fitted to the measured step with nothing moved)
+    with the backward's kernel scale and recomputation's scale both fitted: the backward's
+    time of the plan that moved nothing and of a plan that recomputes (``predicted`` with
+    ``corrections``, measured as ``timed``, offloading nothing), each its ops other than
+    recomputations at one scale plus its recomputations at that scale times another
+    (``Corrections.recompute_scale``), both as measured. ``None`` where either
+    backward's kernels were not measured (:func:`backward_kernels_ms`), the plan
+    recomputes too little more than nothing moved does (``RECOMPUTE_FIT_MIN``), or no
+    factor within ``RECOMPUTE_FIT_RANGE`` fits.
+
+    One scale for all kernels misses it both ways. On an H200 (session 41), ResNet-50's
+    plan with 48 values recomputed ran its backward's kernels in 15.39 ms against 13.60
+    predicted from the step with nothing moved, and ViT-B/16's with 35 recomputed added
+    0.24 ms to the backward with nothing moved, priced at 0.85 ms."""
+    measured = backward_kernels_ms(timed), backward_kernels_ms(unmoved_timed)
+    if None in measured:
+        return None
+
+    def raw(p: Any, c: Corrections) -> tuple[float, float]:  # other ops, recomputations: unscaled
+        return (p.bw_compute_ms - p.bw_recompute_ms) / c.bw_scale, p.bw_recompute_ms / (c.bw_scale * c.recompute_scale)
+
+    (n1, r1), (n0, r0) = raw(predicted, corrections), raw(unmoved_predicted, unmoved_corrections)
+    m1, m0 = measured
+    more = (r1 - r0) * corrections.bw_scale * corrections.recompute_scale
+    if more < RECOMPUTE_FIT_MIN * m1 or m0 * r1 - m1 * r0 <= 0:
+        return None
+    scale = (m1 * n0 - m0 * n1) / (m0 * r1 - m1 * r0)
+    if not 1 / RECOMPUTE_FIT_RANGE <= scale <= RECOMPUTE_FIT_RANGE:
+        return None
+    return dataclasses.replace(corrections, bw_scale=m0 / (n0 + scale * r0), recompute_scale=scale)
 
 
 def within_margin(config: Any, corrections: Corrections) -> Any:

@@ -24,6 +24,8 @@ inputs a measured call of the compiled graph (``runtime.measure.Measured``) corr
   2.18x. Left at 1, ViT-B/16's step with nothing moved was predicted 8.7% under
   Inductor's; given the other phase's scale, ResNet-50's re-plan was predicted 30.5%
   over its measurement (its forward at 14.5 ms against 9.7);
+- ``recompute_scale``: recomputations' times besides, fitted by ``judging.recompute_fitted``
+  to the step with nothing moved and a plan that recomputes, both measured (``"auto"``);
 - ``host_us`` / ``op_host_us``: the host's time per op that takes GPU time (the
   phase's host time less its transfer ops, over ``Predictions.kernels``) and per
   transfer op (``TRANSFER_OP_KERNELS`` kernels' until one is measured), forward and
@@ -96,14 +98,19 @@ class Corrections:
     the search holds ``max_overhead`` less this."""
     recompute_only: bool = False
     """``"auto"``: the search moves nothing to the host (``judging.once_more``)."""
+    recompute_scale: float = 1.0
+    """Recomputations' measured cost over their estimate, on top of their phase's scale
+    (``judging.recompute_fitted``): the backward ops that read no gradient, and the
+    search's price of recomputing a value."""
     measured_call: int | None = None
     """The call of the compiled graph these come from (``None``: not measured)."""
 
     @property
     def planned_once_more(self) -> bool:
         """``"auto"``'s plan made once more past ``max_overhead`` (``judging.once_more``):
-        within a margin, or recomputing only. Such a plan is not planned again for it."""
-        return bool(self.overhead_margin) or self.recompute_only
+        within a margin, recomputing only, or with recomputation priced as measured. Such a
+        plan is not planned again for it."""
+        return bool(self.overhead_margin) or self.recompute_only or self.recompute_scale != 1.0
 
     @property
     def available_bytes(self) -> int | None:
@@ -136,6 +143,8 @@ class Corrections:
             text += f"; \"auto\" within max_overhead less {self.overhead_margin * 100:.1f}%"
         if self.recompute_only:
             text += "; \"auto\" recomputes only (nothing offloaded)"
+        if self.recompute_scale != 1.0:
+            text += f"; recomputation x{self.recompute_scale:.2f} its estimate, as measured"
         for name, gbps in (("D2H", self.d2h_gbps), ("H2D", self.h2d_gbps)):
             if gbps:
                 text += f"; {name} copies at {gbps:.1f} GB/s"
@@ -184,14 +193,17 @@ def repredicted(predicted: Any, resimulate: Callable[..., Any], planned_with: Co
     memory as planned, with the bytes the model did not see as ``corrections`` counts
     them. The step with nothing moved comes from ``baseline``, a ``Predictions`` made
     with ``corrections``."""
-    k = (corrections.fw_scale / planned_with.fw_scale, corrections.bw_scale / planned_with.bw_scale)
+    k = (corrections.fw_scale / planned_with.fw_scale, corrections.bw_scale / planned_with.bw_scale,
+         corrections.recompute_scale / planned_with.recompute_scale)
     final = resimulate(*k, host_us=corrections.host_us, op_host_us=corrections.op_host_us,
                        host_lead_ms=corrections.queued_ms, bound_lead=False, **corrections.hardware())
     unmodelled = corrections.unmodelled_bytes - planned_with.unmodelled_bytes
     return dataclasses.replace(
         predicted, peak_time_ms=final.peak_time_ms, step_peak_bytes=predicted.step_peak_bytes + unmodelled,
         step_ms=final.step_ms, stall_ms=final.stall_ms, fw_compute_ms=predicted.fw_compute_ms * k[0],
-        bw_compute_ms=predicted.bw_compute_ms * k[1], baseline_step_ms=baseline.baseline_step_ms,
+        bw_compute_ms=(predicted.bw_compute_ms + predicted.bw_recompute_ms * (k[2] - 1)) * k[1],
+        bw_recompute_ms=predicted.bw_recompute_ms * k[1] * k[2],
+        baseline_step_ms=baseline.baseline_step_ms,
         baseline_step_peak_bytes=baseline.baseline_step_peak_bytes)
 
 

@@ -144,8 +144,8 @@ def _cost_model(candidates: list[Candidate], config: OffloadConfig,
     measured bandwidths and compute scales of ``corrections``)."""
     device = _device_of(candidates, config.devices)
     hw = profile_for(device, {**dict(config.hardware or ()), **corrections.hardware()})
-    cost = NodeCosts(hw, profile=config.node_costs == "profile",
-                     fw_scale=corrections.fw_scale, bw_scale=corrections.bw_scale)
+    cost = NodeCosts(hw, profile=config.node_costs == "profile", fw_scale=corrections.fw_scale,
+                     bw_scale=corrections.bw_scale, recompute_scale=corrections.recompute_scale)
     lanes = lanes_of(hw, config.copy_margin, chained=config.per_block)
     return cost, dataclasses.replace(lanes, host_us=corrections.host_us, op_host_us=corrections.op_host_us,
                                      host_lead_ms=corrections.queued_ms)
@@ -400,8 +400,8 @@ def _simulate(plan: GraphPlan, facts: Facts, baseline: SimResult, lanes: Lanes, 
     final = final_simulation(facts, decisions, lanes)
     plan.simulation, plan.baseline_simulation = final, baseline
     plan.resimulate = resimulation(facts, decisions, lanes, final)
-    plan.predicted = Predictions.of(baseline, final, budget_bytes, (sum(facts.fw_ms), sum(facts.bw_ms)),
-                                    corrections.unmodelled_bytes, facts.kernels())
+    plan.predicted = Predictions.of(baseline, final, budget_bytes, facts.compute_ms(), corrections.unmodelled_bytes,
+                                    facts.kernels())
     return final
 
 

@@ -23,7 +23,7 @@ from ..nbytes import nbytes_text
 #: The fields of :class:`Predictions` that add up over a model's graphs.
 ADDITIVE = ("activation_peak_bytes", "baseline_activation_peak_bytes", "peak_bytes",
             "step_peak_bytes", "baseline_step_peak_bytes", "step_ms", "baseline_step_ms",
-            "stall_ms", "fw_compute_ms", "bw_compute_ms")
+            "stall_ms", "fw_compute_ms", "bw_compute_ms", "bw_recompute_ms")
 
 
 @dataclass(frozen=True)
@@ -59,6 +59,8 @@ class Predictions(Mapping):
     forward's compute is compared with to correct the estimates (``planning/replan.py``)."""
     bw_compute_ms: float = 0.0
     """The same for the backward's ops (recomputations included)."""
+    bw_recompute_ms: float = 0.0
+    """Of ``bw_compute_ms``, the recomputations' (backward ops that read no gradient)."""
     kernels: tuple[int, int] = (0, 0)
     """The forward's and the backward's ops that take GPU time (what the host issues
     besides the transfer ops): a measurement of the host's time is spread over them."""
@@ -89,7 +91,7 @@ class Predictions(Mapping):
 
     @classmethod
     def of(cls, baseline: Any, final: Any, budget_bytes: int | None = None,
-           compute_ms: tuple[float, float] = (0.0, 0.0), unmodelled_bytes: int = 0,
+           compute_ms: tuple[float, ...] = (0.0, 0.0), unmodelled_bytes: int = 0,
            kernels: tuple[int, int] = (0, 0)) -> "Predictions":
         """From the simulation of a plan (``final``) and of nothing moved (``baseline``);
         ``unmodelled_bytes`` (measured, ``planning/replan.py``) is added to the step peaks."""
@@ -106,6 +108,7 @@ class Predictions(Mapping):
             budget_bytes=-1 if budget_bytes is None else budget_bytes,
             fw_compute_ms=compute_ms[0],
             bw_compute_ms=compute_ms[1],
+            bw_recompute_ms=compute_ms[2] if len(compute_ms) > 2 else 0.0,
             kernels=kernels,
         )
 
