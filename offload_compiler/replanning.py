@@ -8,33 +8,28 @@ measures memory on one call (the allocator's records) and time on the same call 
 next step (events), both through ``runtime.measure.source``, and time again a step after
 each timing is read (``TIMED_CALLS``: the median call is the measurement); then it
 compares the measurement with the plan's predictions (``planning.replan.disagreements``).
-A graph called once per step measures the calls after its first. A graph called N
-times per step (one block's graph in a chain, ``per_block``) measures its middle call,
-``N // 2``: a call with neighbours on both sides, as the chain's plan assumes, and the
-timed call starts after the memory call's backward ended, so the allocator's recording
-(which slows the host) is off while it runs. A timed call during which the host pool
-allocated or released a block (pinning host memory stops the host for a while, and the
-GPU with it; giving it back waits for the whole device) is measured again,
-``MAX_REMEASURES`` times at most. Where the median timed call's forward or backward was
-paced by the host (``planning.replan.paced_phases``), its time says nothing of the kernels:
-one more call, a step later, is timed with the GPU held before each phase until the host
-has issued it whole (``"kernels"``, ``HOLD_FACTOR``), and the kernels' time measured there
-corrects the phases' scales. Where they disagree beyond the tolerance, or the step went
-over ``memory_limit``, it plans again from the corrected inputs
-(``planning.replan.corrected``), compiles the graph again with that plan, and runs the
-new one from this call on: a step boundary, since every forward call runs whole on one
-compiled graph and an autograd node keeps the backward it was made with.
-That happens at most once per graph (``MAX_REPLANS``), or up to ``MAX_LIMIT_REPLANS``
-times while the measured step goes over ``memory_limit``; the new plan is measured again.
-A new plan measured slower than the one it replaced (by more than the tolerance) without
-holding less memory at its peak is given up (as ``planning.judging.as_compared`` compares
-them: each phase at least at the host's time to issue it, the new plan's at the replaced
-plan's host pace): the graph goes back to that plan (``GraphPlan.reverted``). With
-``"auto"``, the first plan moves nothing where that fits the device, and its measurement,
-each plan's at its own host's pace, is the step ``max_overhead`` is held against (else as
-the corrected model predicts it, ``planning.judging.overhead``). A new plan more than
-``max_overhead`` over it is planned once more (``planning.judging.once_more``) where the
-plan it replaced moved nothing or measured slower still; else it gives way to that plan.
+A graph called N times per step (``per_block``) measures its middle call, ``N // 2``,
+with neighbours on both sides as the chain's plan assumes. A timed call during which the
+host pool pinned or released memory is measured again (``MAX_REMEASURES``). Where the
+median timed call's forward or backward was paced by the host
+(``planning.replan.paced_phases``), one more call is timed with the GPU held before each
+phase until the host has issued it whole (``"kernels"``, ``HOLD_FACTOR``): its kernels'
+time corrects the phases' scales. Where prediction and measurement disagree beyond the
+tolerance, or the step went over ``memory_limit``, it plans again from the corrected
+inputs (``planning.replan.corrected``), compiles the graph again and runs the new one
+from this call on: a step boundary (a forward call runs whole on one compiled graph, and
+an autograd node keeps its backward). At most once per graph (``MAX_REPLANS``), or up to
+``MAX_LIMIT_REPLANS`` times over ``memory_limit``; the new plan is measured again, and
+given up where it measured slower than the one it replaced (by more than the tolerance)
+without less memory at its peak (``planning.judging.as_compared``: each phase at least
+its host's time, the new plan's at the replaced plan's host pace; ``GraphPlan.reverted``).
+With ``"auto"``, the first plan moves nothing where that fits the device, and its
+measurement (each plan's at its own host's pace) is the step ``max_overhead`` is held
+against (else the corrected model's, ``planning.judging.overhead``). A new plan more
+than ``max_overhead`` over it is planned once more (``planning.judging.once_more``)
+where the plan it replaced moved nothing or measured slower still, else gives way to
+that plan; one within half of it whose recomputations cost less than priced is planned
+once more with them so priced (``planning.judging.cheaper_recomputation``).
 Each measurement is logged, put on the plan (``GraphPlan.measured``) and in the dump.
 """
 
@@ -47,8 +42,8 @@ from typing import Any, Callable
 import torch
 
 from .nbytes import nbytes_text
-from .planning.judging import (as_compared, at_least_host, held_overhead, once_more, once_more_text, percent,
-                               step_text, worse)
+from .planning.judging import (as_compared, at_least_host, cheaper_recomputation, held_overhead, once_more,
+                               once_more_text, percent, step_text, worse)
 from .planning.replan import (MAX_TRUSTED_RATIO, Corrections, corrected, disagreements, over_limit,
                               paced_phases, repredicted, trusted)
 from .reporting.dump import write_measured
@@ -101,6 +96,7 @@ class MeasuredGraph:
         self.calls = 0  # calls of the current compiled graph
         self.replans = self.remeasures = 0
         self.again: Corrections | None = None  # "auto" past max_overhead: the inputs of one more plan
+        self.overhead: float | None = None  # "auto": the last plan judged, over the step with nothing moved
         self.backwards = 0  # backward passes of the current compiled graph seen to end
         self.per_step = 1  # calls in the first step (before the first call's backward ended)
         self.first: int | None = None  # the call measured for memory
@@ -113,10 +109,9 @@ class MeasuredGraph:
         self.warming = False  # a call's backward is watched to end the warm-up
         self.recorders: dict[str, Any] = {}
         self.disturbed = False  # the host pool allocated or released during the timed call
-        # The plan a re-plan replaced, measured: (compiled, plan, corrections), until the
-        # new plan is measured no worse.
+        # (compiled, plan, corrections): the plan a re-plan replaced, until the new one measures
+        # no worse; "auto"'s first plan where it moved nothing, measured.
         self.previous: tuple[Callable[..., Any], GraphPlan, Corrections] | None = None
-        # "auto"'s first plan where it moved nothing, measured: (compiled, plan, corrections).
         self.unmoved: tuple[Callable[..., Any], GraphPlan, Corrections] | None = None
         self.done = plan is None or plan.predicted is None
 
@@ -277,15 +272,20 @@ class MeasuredGraph:
             if again is not None:
                 self._plan_again(again, args, [f"\"auto\" measured past max_overhead {percent(self.max_overhead)}"])
                 return
+            again = cheaper_recomputation(self.corrections, self.overhead, self.max_overhead, plan.predicted, timed,
+                                          bool(plan.offloaded), self._unmoved_measured())
+            if again is not None and self.recompile is not None:
+                self._plan_again(again, args, [f"\"auto\" measured {percent(self.overhead)} over the step with nothing "
+                                               "moved, its recomputations cheaper than priced"])
+                return
         why = disagreements(plan.predicted, timed, self.corrections)
         unsearched = plan.provisional and self.recompile is not None  # planned again, measured or not
         if why and not trusted(plan.predicted, timed):
-            log.warning("offload: graph %d: the measured step (%.2f ms) is more than %gx from the "
-                        "predicted one (%.2f ms): more likely a measurement of something else (other "
-                        "graphs' work inside this graph's forward or backward) than of this plan; "
-                        "%s", plan.graph_id, timed.step_ms, MAX_TRUSTED_RATIO, plan.predicted.step_ms,
-                        "planning again from the estimates (\"auto\" searches now)" if unsearched
-                        else "keeping the plan")
+            log.warning("offload: graph %d: the measured step (%.2f ms) is more than %gx from the predicted one "
+                        "(%.2f ms): more likely a measurement of something else (other graphs' work inside this "
+                        "graph's forward or backward) than of this plan; %s", plan.graph_id, timed.step_ms,
+                        MAX_TRUSTED_RATIO, plan.predicted.step_ms, "planning again from the estimates (\"auto\" "
+                        "searches now)" if unsearched else "keeping the plan")
             if not unsearched:
                 self.done = True
                 return
@@ -300,26 +300,24 @@ class MeasuredGraph:
         allowed = MAX_LIMIT_REPLANS if over else MAX_REPLANS
         if not why or self.replans >= allowed or self.recompile is None:
             if over:
-                log.warning("offload: graph %d: the measured step goes over memory_limit by %s "
-                            "after %d re-plan(s) (%s); keeping this plan", plan.graph_id,
-                            nbytes_text(over), self.replans, "; ".join(why))
+                log.warning("offload: graph %d: the measured step goes over memory_limit by %s after %d re-plan(s) "
+                            "(%s); keeping this plan", plan.graph_id, nbytes_text(over), self.replans, "; ".join(why))
             elif why and self.recompile is None:
-                log.info("offload: graph %d: measured only, not planned again (a graph with dynamic "
-                         "sizes, or policy=\"all\"): %s", plan.graph_id, "; ".join(why))
+                log.info("offload: graph %d: measured only, not planned again (a graph with dynamic sizes, or "
+                         "policy=\"all\"): %s", plan.graph_id, "; ".join(why))
             elif why:
-                log.warning("offload: graph %d: the re-planned prediction still differs from the "
-                            "measurement (%s); keeping this plan", plan.graph_id, "; ".join(why))
+                log.warning("offload: graph %d: the re-planned prediction still differs from the measurement (%s); "
+                            "keeping this plan", plan.graph_id, "; ".join(why))
             self.done = True
             return
         self._plan_again(corrected(self.corrections, plan.predicted, timed, plan.resimulate), args, why)
 
     def _plan_again(self, corrections: Corrections, args: list, why: list[str],
                     source: str = "the measurement") -> None:
-        """Plan and compile the graph again with ``corrections``; the call being made
-        runs the new graph."""
+        """Plan and compile the graph again with ``corrections``; the call being made runs it."""
         plan = self.plan
-        log.info("offload: graph %d: planning again from %s (%s): %s",
-                 plan.graph_id, source, "; ".join(why), corrections.describe())
+        log.info("offload: graph %d: planning again from %s (%s): %s", plan.graph_id, source, "; ".join(why),
+                 corrections.describe())
         compiled, new_plan = self.recompile(corrections, args)
         if new_plan is not None:
             new_plan.replaces = plan.graph_id
@@ -327,9 +325,8 @@ class MeasuredGraph:
         self.compiled, self.plan, self.corrections = compiled, new_plan, corrections
         self.replans += 1
         self.backwards = self.remeasures = 0
-        self.timings, self.memory, self.kernels, self.hold = [], None, None, None
+        self.timings, self.memory, self.kernels, self.hold, self.first, self.timed_at = [], None, None, None, None, None
         self.calls = 1  # the call being made runs the new graph: its first
-        self.first = self.timed_at = None
         self.done = new_plan is None or new_plan.predicted is None
 
     def _judged(self, timed: Any, before: GraphPlan) -> tuple[Any, Any]:
@@ -337,9 +334,9 @@ class MeasuredGraph:
         (``planning.judging.as_compared``), logged where that changes either."""
         judged, old = as_compared(timed, self.plan.predicted.kernels, before.measured, before.predicted.kernels)
         if judged is not timed or old is not before.measured:
-            log.info("offload: graph %d: judged with each phase at least its host's time, at graph %d's "
-                     "host pace: step %s; graph %d: %s", self.plan.graph_id, before.graph_id,
-                     step_text(judged, timed), before.graph_id, step_text(old, before.measured))
+            log.info("offload: graph %d: judged with each phase at least its host's time, at graph %d's host pace: "
+                     "step %s; graph %d: %s", self.plan.graph_id, before.graph_id, step_text(judged, timed),
+                     before.graph_id, step_text(old, before.measured))
         return judged, old
 
     def _over_overhead(self, judged: Any, timed: Any, old: Any, before: GraphPlan) -> str | None:
@@ -348,9 +345,11 @@ class MeasuredGraph:
         more than ``max_overhead`` over the step with nothing moved (the first plan's
         measurement where it moved nothing, ``self.unmoved``; else as the model corrected
         from ``before``'s predicts it), to ``before`` where it measured faster, to nothing
-        moved where it was planned once more; else ``None``, and past it, one more plan
-        (``self.again``). The measured overhead is logged either way."""
+        moved where it was planned once more and ``before`` is past it too; else ``None``,
+        and past it, one more plan (``self.again``). The measured overhead is logged and
+        kept (``self.overhead``)."""
         plan, unmoved, base = self.plan, None, self.unmoved and self.unmoved[1]
+        self.overhead = None
         if plan.moves_nothing:
             return None  # nothing moved has no overhead; its measurements differ by the host's noise
         if base is not None:  # each at its own host's pace: the host a plan costs is the plan's
@@ -359,13 +358,14 @@ class MeasuredGraph:
         if held is None:
             return None
         new, old_overhead, gives_way = held
+        self.overhead = new
         baseline = (f"{plan.predicted.baseline_step_ms:.2f} ms with nothing moved, as graph "
                     f"{before.graph_id}'s measurement explains it") if unmoved is None else (
             f"{unmoved[1]:.2f} ms with nothing moved, as graph {base.graph_id} measured it")
         log.info("offload: graph %d: \"auto\" measured %s %s the step with nothing moved (%s; "
                  "max_overhead %s)", plan.graph_id, percent(abs(new)), "over" if new >= 0 else "under",
                  baseline, percent(self.max_overhead))
-        if base and self.corrections.planned_once_more and new > self.max_overhead:  # and past it still
+        if base and self.corrections.planned_once_more and min(new, old_overhead) > self.max_overhead:  # both past it
             self.previous, before.reverted = self.unmoved, True  # nothing moved is the plan within it
             before.note = "; ".join(filter(None, (before.note, f"given up with graph {plan.graph_id}")))
             return (f"measured {step_text(judged, timed)}, {percent(new)} over {baseline}, past max_overhead "
@@ -373,7 +373,7 @@ class MeasuredGraph:
         if new > self.max_overhead and not self.corrections.planned_once_more and self.recompile is not None and (
                 not gives_way or before is base):  # past nothing moved itself, before giving way to it
             self.again = once_more(self.corrections, new, plan.predicted, timed, bool(plan.offloaded),
-                                   base and (base.predicted, base.measured, self.unmoved[2]))
+                                   self._unmoved_measured())
             if self.again and before is base and self.again.overhead_margin >= self.max_overhead:
                 self.again = None  # within no overhead, nothing moves: that is ``before``
             gives_way = gives_way and self.again is None
@@ -388,6 +388,9 @@ class MeasuredGraph:
         return (f"measured {step_text(judged, timed)}, {percent(new)} over {baseline}, past max_overhead "
                 f"{percent(self.max_overhead)}; graph {before.graph_id} measured {step_text(old, before.measured)} "
                 f"({percent(old_overhead)})")
+
+    def _unmoved_measured(self) -> tuple[Any, Any, Corrections] | None:  # predictions, measurement, inputs
+        return self.unmoved and (self.unmoved[1].predicted, self.unmoved[1].measured, self.unmoved[2])
 
     def _revert(self, reason: str) -> None:
         """Go back to the plan the current one replaced (measured better: ``reason``).

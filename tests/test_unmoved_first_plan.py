@@ -364,20 +364,7 @@ def test_a_replan_whose_recomputation_cost_more_is_planned_once_more_with_it_pri
     times their price in the backward, past ``max_overhead``; the plan made once more
     prices them so (fitted to 3.00), recomputes less, and measures within. Gradients
     bitwise."""
-    def make(plans, call):
-        p = plans[-1].predicted
-        k = 3.0 if len(plans) == 2 else 1.0
-        return measure.Measured(call=call, fw_ms=p.fw_compute_ms, bw_ms=p.bw_compute_ms + (k - 1) * p.bw_recompute_ms,
-                                stall_ms=0.0, held_before_bytes=0, step_peak_bytes=p.step_peak_bytes,
-                                peak_phase="backward")
-
-    model, batch = _model()
-    reference = train(model, batch, backend(**OPTIONS, policy="none", replan=False), steps=3 * READ_AT)
-    b = backend(**OPTIONS, memory_budget="auto", plan_cache=False, max_host_bytes=0)
-    source(lambda call: make(b.plans, call))
-    with caplog.at_level(logging.INFO, logger="offload_compiler"):
-        model, batch = _model()
-        got = train(model, batch, b, steps=3 * READ_AT)
+    b, got, reference = _recomputation_costs(source, caplog, 3.0, 3 * READ_AT)
     first, second, third = b.plans
     assert not _moves(first) and second.recomputed and not second.offloaded
     assert second.predicted.bw_recompute_ms > 0.02 * second.predicted.bw_compute_ms
@@ -385,4 +372,71 @@ def test_a_replan_whose_recomputation_cost_more_is_planned_once_more_with_it_pri
     assert 0 < len(third.recomputed) < len(second.recomputed)
     assert b.current_plans == [third] and not third.reverted
     assert "planning once more with recomputation priced as measured (x3.00)" in caplog.text
+    assert_bitwise(reference, got)
+
+
+def test_cheaper_recomputation_only_well_within_max_overhead_and_once():
+    """A plan that offloaded nothing, measured within half of ``max_overhead``, whose
+    recomputations took half their price: one more plan with them so priced. Not
+    past half of ``max_overhead``, not for a plan that offloaded, not with a fixed
+    budget, not where recomputation was fitted already, not where it cost as priced."""
+    from offload_compiler.planning.judging import cheaper_recomputation
+
+    unmoved = (types.SimpleNamespace(bw_compute_ms=10.0, bw_recompute_ms=0.0), _backward(10.0), Corrections())
+    plan = types.SimpleNamespace(bw_compute_ms=11.0, bw_recompute_ms=1.0)  # 1 ms of recomputation priced
+    fitted = Corrections(measured_call=3)
+    cheap = _backward(10.5)
+    got = cheaper_recomputation(fitted, 0.01, 0.03, plan, cheap, False, unmoved)
+    assert got.recompute_scale == pytest.approx(0.5) and got.bw_scale == pytest.approx(1.0)
+    assert cheaper_recomputation(fitted, 0.02, 0.03, plan, cheap, False, unmoved) is None  # past half
+    assert cheaper_recomputation(fitted, 0.01, 0.03, plan, cheap, True, unmoved) is None  # offloaded
+    assert cheaper_recomputation(fitted, 0.01, None, plan, cheap, False, unmoved) is None  # a fixed budget
+    assert cheaper_recomputation(fitted, 0.01, 0.03, plan, cheap, False, None) is None  # nothing moved unmeasured
+    assert cheaper_recomputation(got, 0.01, 0.03, plan, cheap, False, unmoved) is None  # fitted already
+    assert cheaper_recomputation(fitted, 0.01, 0.03, plan, _backward(11.0), False, unmoved) is None  # as priced
+
+
+def _recomputation_costs(source, caplog, k, steps, third_over=None):
+    """``"auto"`` with nothing offloaded (``max_host_bytes`` 0) trained ``steps`` steps: the
+    re-plan's recomputations take ``k`` times their price; the plan made after it
+    measured as predicted, or ``third_over`` times the first plan's step."""
+    def make(plans, call):
+        p = plans[-1].predicted
+        if len(plans) == 3 and third_over:
+            return _over(plans, call, third_over)
+        scale = k if len(plans) == 2 else 1.0
+        return measure.Measured(call=call, fw_ms=p.fw_compute_ms,
+                                bw_ms=p.bw_compute_ms + (scale - 1) * p.bw_recompute_ms, stall_ms=0.0,
+                                held_before_bytes=0, step_peak_bytes=p.step_peak_bytes, peak_phase="backward")
+
+    model, batch = _model()
+    reference = train(model, batch, backend(**OPTIONS, policy="none", replan=False), steps=steps)
+    b = backend(**OPTIONS, memory_budget="auto", plan_cache=False, max_host_bytes=0)
+    source(lambda call: make(b.plans, call))
+    with caplog.at_level(logging.INFO, logger="offload_compiler"):
+        model, batch = _model()
+        got = train(model, batch, b, steps=steps)
+    return b, got, reference
+
+
+def test_a_plan_whose_recomputation_cost_less_is_planned_once_more_and_recomputes_more(source, roomy, caplog):
+    b, got, reference = _recomputation_costs(source, caplog, 0.4, 4 * READ_AT)
+    first, second, third = b.plans
+    assert not _moves(first) and second.recomputed and not second.offloaded
+    assert third.replaces == second.graph_id and third.corrections["recompute_scale"] == pytest.approx(0.4)
+    assert len(third.recomputed) > len(second.recomputed)
+    assert third.predicted.activation_peak_bytes < second.predicted.activation_peak_bytes
+    assert b.current_plans == [third] and not third.reverted
+    assert "its recomputations cheaper than priced" in caplog.text
+    assert_bitwise(reference, got)
+
+
+def test_a_plan_for_cheaper_recomputation_past_max_overhead_goes_back_to_the_plan_it_replaced(
+        source, roomy, caplog):
+    """Past ``max_overhead`` where the plan it replaced measured within it: back to that
+    plan, not to nothing moved."""
+    b, got, reference = _recomputation_costs(source, caplog, 0.4, 4 * READ_AT, third_over=1.05)
+    first, second, third = b.plans
+    assert third.reverted and not second.reverted and b.current_plans == [second]
+    assert "going back to that plan" in caplog.text
     assert_bitwise(reference, got)

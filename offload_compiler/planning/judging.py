@@ -12,7 +12,9 @@ moved nothing). Both that and :func:`worse` compare the two plans' measurements 
 the plan it replaced measured slower still (or moved nothing), :func:`once_more` gives
 the inputs of one more plan: recomputing only, or searched within ``max_overhead`` less
 what the re-plan missed by (:func:`tightened`), or with recomputation priced as
-measured (:func:`recompute_fitted`). :func:`step_text` and :func:`percent`
+measured (:func:`recompute_fitted`); where a plan measured well within it and its
+recomputation cost less than priced, :func:`cheaper_recomputation` gives one more plan
+with it so priced. :func:`step_text` and :func:`percent`
 say a step and an overhead in the log's words.
 """
 
@@ -174,6 +176,27 @@ def once_more(corrections: Corrections, measured: float, predicted: Any, timed: 
     return tightened(corrections, measured, predicted)
 
 
+def cheaper_recomputation(corrections: Corrections, overhead: float | None, max_overhead: float | None,
+                          predicted: Any, timed: Any, offloaded: bool,
+                          unmoved: tuple[Any, Any, Corrections] | None) -> Corrections | None:
+    """``"auto"``: the inputs of one more plan where a plan (``predicted`` with
+    ``corrections``, measured as ``timed``, ``overhead`` over the step with nothing moved
+    as measured: ``unmoved``, as :func:`once_more` takes it) offloaded nothing, measured
+    within half of ``max_overhead``, and its recomputations cost less than priced
+    (:func:`recompute_fitted`, by more than the tolerance): priced as measured, the
+    search may recompute more in the overhead left. Once: ``None`` where recomputation
+    was fitted already. On an H200 (session 42) ViT-B/16's plan recomputing 40 values
+    measured 0.7% over the step with nothing moved (predicted 3.0%): its recomputations
+    added 0.24 ms to the backward with nothing moved, priced at about 0.9 ms."""
+    if (unmoved is None or offloaded or overhead is None or max_overhead is None or overhead > max_overhead / 2
+            or corrections.recompute_scale != 1.0):
+        return None
+    fitted = recompute_fitted(corrections, predicted, timed, *unmoved)
+    if fitted is None or fitted.recompute_scale * (1 + TOLERANCE) >= corrections.recompute_scale:
+        return None
+    return fitted
+
+
 def once_more_text(again: Corrections | None, max_overhead: float) -> str:
     """How the log says what :func:`once_more` gave (``again``): ``""`` for nothing."""
     if again is None:
@@ -216,10 +239,10 @@ def recompute_fitted(corrections: Corrections, predicted: Any, timed: Any, unmov
     recomputes too little more than nothing moved does (``RECOMPUTE_FIT_MIN``), or no
     factor within ``RECOMPUTE_FIT_RANGE`` fits.
 
-    One scale for all kernels misses it both ways. On an H200 (session 41), ResNet-50's
-    plan with 48 values recomputed ran its backward's kernels in 15.39 ms against 13.60
-    predicted from the step with nothing moved, and ViT-B/16's with 35 recomputed added
-    0.24 ms to the backward with nothing moved, priced at 0.85 ms."""
+    One scale for all kernels misses it both ways. On an H200, ResNet-50's plan with 48
+    values recomputed ran its backward's kernels in 15.39 ms against 13.60 predicted from
+    the step with nothing moved (session 41), and ViT-B/16's with 40 recomputed added
+    0.24 ms to the backward with nothing moved, priced at about 0.9 ms (session 42)."""
     measured = backward_kernels_ms(timed), backward_kernels_ms(unmoved_timed)
     if None in measured:
         return None
