@@ -64,6 +64,8 @@ the host about 1 to 2 ms more of a 27 ms step (session 40).
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import logging
 from typing import Any
 
@@ -137,9 +139,32 @@ def compile_inner(gm, example_inputs, **kwargs: Any):
 def _transfer_pass(previous):
     """:func:`issue_early` and :func:`call_directly` as Inductor's post-fusion pass, after
     ``previous`` (a pass already installed) if any."""
-    if _TransferPass is None:  # pragma: no cover - a torch without keyed scheduler passes
-        return lambda nodes: call_directly(issue_early(previous(nodes) if previous else nodes))
+    if _TransferPass is None:  # a torch without keyed scheduler passes (2.11)
+        return _PlainTransferPass(previous)
     return _TransferPass(previous)
+
+
+@functools.cache
+def _source_hash() -> str:
+    with open(__file__, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
+
+
+class _PlainTransferPass:
+    """:func:`issue_early` and :func:`call_directly` after ``previous``, where torch has no
+    ``CustomSchedulerPass`` (torch 2.11). Inductor's FX graph cache pickles its config into
+    the cache key: a function made per compile could not be pickled (torch 2.11 on an
+    H200 logged "Failed to pickle cache key" with a traceback for every graph with transfer
+    ops, and cached none; ``benchmarks/RESULTS.md``, session 42). An object of a class
+    defined here pickles, with ``version`` (this file's hash): a change to the pass changes
+    the key."""
+
+    def __init__(self, previous=None) -> None:
+        self.previous = previous
+        self.version = _source_hash()
+
+    def __call__(self, nodes: list) -> list:
+        return call_directly(issue_early(self.previous(nodes) if self.previous is not None else nodes))
 
 
 def call_directly(nodes: list) -> list:

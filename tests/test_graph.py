@@ -481,6 +481,31 @@ def test_the_ordering_pass_keeps_inductors_graph_cache():
     assert chained([]) == [] and seen == [0]
 
 
+def test_the_ordering_pass_pickles_without_keyed_scheduler_passes(monkeypatch):
+    """On a torch without ``CustomSchedulerPass`` (2.11) Inductor pickles the pass as it
+    is into the cache key: it is an object of a module-level class, which pickles, with
+    this module's hash; a pass installed before it runs first."""
+    import pickle
+
+    from offload_compiler import lowering
+
+    monkeypatch.setattr(lowering, "_TransferPass", None)
+    made = lowering._transfer_pass(None)
+    again = pickle.loads(pickle.dumps(made))
+    assert isinstance(again, lowering._PlainTransferPass) and again.version == made.version == lowering._source_hash()
+    assert pickle.dumps(made) == pickle.dumps(lowering._transfer_pass(None))  # the same key each compile
+    seen = []
+    chained = lowering._transfer_pass(lambda nodes: seen.append(len(nodes)) or nodes)
+    assert chained([]) == [] and seen == [0]
+    # Inductor runs it after fusion: each transfer op called without the dispatcher.
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    args = [torch.randn(256, 256), torch.randn(128, 128), torch.randn(64, 64) * 0.1, torch.randn(64, 64) * 0.1]
+    gm = make_fx(_copies_amid_work)(*args)
+    out, (code,) = run_and_get_code(lambda: lowering.compile_inner(gm, list(args))(list(args)))
+    assert f"torch.ops.offload.d2h.default.{ops.DIRECT}(" in code and torch.equal(out[1], args[1])
+
+
 def test_the_backend_compiles_through_the_order_keeping_inner_compile(monkeypatch):
     from offload_compiler import lowering
 
