@@ -331,7 +331,7 @@ def test_recomputation_fitted_apart_from_the_backwards_other_kernels():
     (here 1.2 and 2.5), where one scale fitted to nothing moved (1.38) priced the
     plan's recomputations at 5.52 ms that took 12 ms. Kernels timed with the host ahead
     count where the host paced the backward; unmeasured, too little recomputation more,
-    or a factor past ``RECOMPUTE_FIT_RANGE``: no fit."""
+    or no factor above 0: no fit; past ``RECOMPUTE_FIT_RANGE``, its bound."""
     from offload_compiler.planning.judging import RECOMPUTE_FIT_RANGE, once_more, recompute_fitted
 
     unmoved = (types.SimpleNamespace(bw_compute_ms=10.0, bw_recompute_ms=1.0), _backward(13.8), Corrections())
@@ -348,8 +348,9 @@ def test_recomputation_fitted_apart_from_the_backwards_other_kernels():
     assert recompute_fitted(fitted, plan, _backward(30.0, host_bw_ms=30.0), *unmoved) is None  # not measured
     little = types.SimpleNamespace(bw_compute_ms=1.38 * 10.01, bw_recompute_ms=1.38 * 1.01)
     assert recompute_fitted(fitted, little, _backward(14.0), *unmoved) is None
-    far = 1.2 * (9 + (RECOMPUTE_FIT_RANGE + 1) * 4)
-    assert recompute_fitted(fitted, plan, _backward(far), *unmoved) is None
+    far = 1.2 * (9 + (RECOMPUTE_FIT_RANGE + 1) * 4)  # past the range: at its bound
+    assert recompute_fitted(fitted, plan, _backward(far), *unmoved).recompute_scale == RECOMPUTE_FIT_RANGE
+    assert recompute_fitted(fitted, plan, _backward(1.2 * 8), *unmoved) is None  # faster than nothing moved
     # Past max_overhead, a plan that offloaded nothing: one more plan with recomputation as measured.
     again = once_more(fitted, 0.08, plan, _backward(truth), offloaded=False, unmoved=unmoved)
     assert again.recompute_scale == pytest.approx(2.5) and not again.overhead_margin and not again.recompute_only
