@@ -1044,6 +1044,42 @@ def test_a_limit_no_plan_tried_meets_reports_the_least_step_peak_of_them():
         fit_limit(None, attempt, 800 << 20, limit, Corrections(limit_bytes=limit, measured_call=3), 0)
 
 
+def test_the_first_plan_under_a_limit_holds_back_room_for_the_first_steps(monkeypatch, caplog):
+    """Before a measurement, ``memory_limit`` holds back ``FIRST_STEPS_FACTOR`` times what
+    is held at compile time (the optimizer's state to come) where a plan fits so, else
+    not (with a warning); a measurement replaces it with what was held, and one that
+    needed much less than was held back plans again for the room."""
+    from offload_compiler.planning import limits
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda device=None: 100 << 20)
+    first = limits.initial(OffloadConfig(memory_limit="1000MiB"), torch.device("cuda", 0))
+    assert first.first_steps_bytes == limits.FIRST_STEPS_FACTOR * (100 << 20)
+    assert first.available_bytes == (1000 - 100 - 200) << 20
+    assert first.key() == dataclasses.replace(first, first_steps_bytes=0, held_before_bytes=300 << 20).key()
+    attempt, _ = _u_shaped()  # step peaks from 480 MiB; within 700 MiB: held back, it fits
+    assert attempt(800 << 20).final.step_peak_bytes > 700 << 20
+    best = limits.fit_limit(None, attempt, 800 << 20, first.available_bytes, first, 0)
+    assert best.final.step_peak_bytes <= 700 << 20
+    tight = limits.initial(OffloadConfig(memory_limit="650MiB"), torch.device("cuda", 0))  # 350 MiB, held back
+    with caplog.at_level(logging.WARNING, logger="offload_compiler.progress"):
+        best = limits.fit_limit(None, attempt, 800 << 20, tight.available_bytes, tight, 0)
+    assert 550 << 20 >= best.final.step_peak_bytes > 350 << 20
+    assert "no plan leaves 200.0 MiB for what the first steps add" in caplog.text
+    m = measure.Measured(call=5, fw_ms=1.0, bw_ms=1.0, stall_ms=0.0, held_before_bytes=130 << 20,
+                         step_peak_bytes=500 << 20)
+    p = types.SimpleNamespace(step_ms=2.0, step_peak_bytes=500 << 20, fw_compute_ms=1.0, bw_compute_ms=1.0,
+                              kernels=(0, 0))
+    assert disagreements(p, m, first) == ["130.0 MiB held before the forward, where the plan held back 200.0 MiB "
+                                          "for the first steps: 170.0 MiB more room under memory_limit"]
+    m.held_before_bytes = 290 << 20  # about all of it needed: within the tolerance
+    assert disagreements(p, m, first) == []
+    again = corrected(first, p, m)
+    assert again.first_steps_bytes == 0 and again.held_before_bytes == 290 << 20
+    assert (1000 - 290 - 4) << 20 <= again.available_bytes <= (1000 - 290) << 20  # rounded down (AVAILABLE_BITS)
+    assert disagreements(p, m, again) == []
+
+
 class _FakeAllocator:
     """What a ``CudaRecorder`` reads of the CUDA caching allocator, on a CPU: counts,
     bytes, the history records while recording is on (turning it off clears them), and

@@ -35,7 +35,9 @@ inputs a measured call of the compiled graph (``runtime.measure.Measured``) corr
 - ``unmodelled_bytes``: measured step peak less the predicted one; added to every
   predicted step peak after it;
 - ``held_before_bytes`` / ``limit_bytes``: with ``memory_limit``, what was allocated when
-  the forward started and the limit; plans fit ``held_before + step peak`` under it.
+  the forward started and the limit; plans fit ``held_before + step peak`` under it;
+- ``first_steps_bytes``: with ``memory_limit``, before a measurement, bytes held back for
+  what the first steps leave held before the forward (``limits.FIRST_STEPS_FACTOR``).
 
 :func:`disagreements` says whether a measurement is far enough from the prediction to
 plan again (``TOLERANCE``), :func:`trusted` whether it is near enough to be one of this
@@ -90,6 +92,7 @@ class Corrections:
     unmodelled_bytes: int = 0
     held_before_bytes: int = 0
     limit_bytes: int | None = None
+    first_steps_bytes: int = 0
     host_us: tuple[float, float] = (0.0, 0.0)
     op_host_us: tuple[float, float] = (0.0, 0.0)
     queued_ms: tuple[float, float] | None = None
@@ -118,7 +121,7 @@ class Corrections:
         (rounded down, ``AVAILABLE_BITS``); ``None`` without a limit."""
         if self.limit_bytes is None:
             return None
-        free = self.limit_bytes - self.held_before_bytes
+        free = self.limit_bytes - self.held_before_bytes - self.first_steps_bytes
         step = 1 << max(0, free.bit_length() - AVAILABLE_BITS)
         return free - free % step if free > 0 else free
 
@@ -128,6 +131,7 @@ class Corrections:
         fields.pop("measured_call")
         fields.pop("held_before_bytes")
         fields.pop("limit_bytes")
+        fields.pop("first_steps_bytes")
         fields["available_bytes"] = self.available_bytes
         return repr(sorted((k, round(v, 4) if isinstance(v, float) else v) for k, v in fields.items()))
 
@@ -173,7 +177,22 @@ def disagreements(predicted: Any, measured: Any, corrections: Corrections,
             total = measured.held_before_bytes + measured.step_peak_bytes
             out.append(f"{nbytes_text(total)} at the peak (with {nbytes_text(measured.held_before_bytes)} held "
                        f"before the forward) is over memory_limit {nbytes_text(corrections.limit_bytes)}")
+    room = unreserved(measured, corrections)
+    if room:
+        out.append(f"{nbytes_text(measured.held_before_bytes)} held before the forward, where the plan held back "
+                   f"{nbytes_text(corrections.first_steps_bytes)} for the first steps: {nbytes_text(room)} more "
+                   "room under memory_limit")
     return out
+
+
+def unreserved(measured: Any, corrections: Corrections, tolerance: float = TOLERANCE) -> int:
+    """Bytes under ``memory_limit`` that a plan made with ``first_steps_bytes`` held back
+    and ``measured`` did not need (what the first steps left held before the forward was
+    less), where more than ``tolerance`` of what the limit leaves the step; else 0."""
+    if not corrections.first_steps_bytes or measured.held_before_bytes is None or corrections.limit_bytes is None:
+        return 0
+    room = corrections.held_before_bytes + corrections.first_steps_bytes - measured.held_before_bytes
+    return room if room > tolerance * (corrections.limit_bytes - measured.held_before_bytes) else 0
 
 
 def over_limit(measured: Any, corrections: Corrections) -> int:
@@ -268,7 +287,7 @@ def corrected(previous: Corrections, predicted: Any, measured: Any,
         changes["unmodelled_bytes"] = (previous.unmodelled_bytes
                                        + measured.step_peak_bytes - predicted.step_peak_bytes)
     if measured.held_before_bytes is not None and previous.limit_bytes is not None:
-        changes["held_before_bytes"] = measured.held_before_bytes
+        changes["held_before_bytes"], changes["first_steps_bytes"] = measured.held_before_bytes, 0
     return dataclasses.replace(previous, **changes)
 
 
