@@ -1067,12 +1067,14 @@ def test_the_first_plan_under_a_limit_holds_back_room_for_the_first_steps(monkey
     assert 550 << 20 >= best.final.step_peak_bytes > 350 << 20
     assert "no plan leaves 200.0 MiB for what the first steps add" in caplog.text
     m = measure.Measured(call=5, fw_ms=1.0, bw_ms=1.0, stall_ms=0.0, held_before_bytes=130 << 20,
-                         step_peak_bytes=500 << 20)
-    p = types.SimpleNamespace(step_ms=2.0, step_peak_bytes=500 << 20, fw_compute_ms=1.0, bw_compute_ms=1.0,
-                              kernels=(0, 0))
-    assert disagreements(p, m, first) == ["130.0 MiB held before the forward, where the plan held back 200.0 MiB "
-                                          "for the first steps: 170.0 MiB more room under memory_limit"]
-    m.held_before_bytes = 290 << 20  # about all of it needed: within the tolerance
+                         step_peak_bytes=690 << 20)  # the plan fitted under 700 MiB, with 200 held back
+    p = types.SimpleNamespace(step_ms=2.0, step_peak_bytes=690 << 20, baseline_step_peak_bytes=900 << 20,
+                              fw_compute_ms=1.0, bw_compute_ms=1.0, kernels=(0, 0))
+    assert disagreements(p, m, first) == ["130.0 MiB held before the forward and the step peak leave 180.0 MiB of "
+                                          "memory_limit unused (the plan held back 200.0 MiB for the first steps)"]
+    unmoved = types.SimpleNamespace(**{**vars(p), "baseline_step_peak_bytes": 690 << 20})
+    assert disagreements(unmoved, m, first) == []  # it moves nothing: no faster plan to make room for
+    m.held_before_bytes = 290 << 20  # about all of it needed: 20 MiB left, within the tolerance
     assert disagreements(p, m, first) == []
     again = corrected(first, p, m)
     assert again.first_steps_bytes == 0 and again.held_before_bytes == 290 << 20

@@ -177,22 +177,26 @@ def disagreements(predicted: Any, measured: Any, corrections: Corrections,
             total = measured.held_before_bytes + measured.step_peak_bytes
             out.append(f"{nbytes_text(total)} at the peak (with {nbytes_text(measured.held_before_bytes)} held "
                        f"before the forward) is over memory_limit {nbytes_text(corrections.limit_bytes)}")
-    room = unreserved(measured, corrections)
+    room = unreserved(predicted, measured, corrections)
     if room:
-        out.append(f"{nbytes_text(measured.held_before_bytes)} held before the forward, where the plan held back "
-                   f"{nbytes_text(corrections.first_steps_bytes)} for the first steps: {nbytes_text(room)} more "
-                   "room under memory_limit")
+        out.append(f"{nbytes_text(measured.held_before_bytes)} held before the forward and the step peak leave "
+                   f"{nbytes_text(room)} of memory_limit unused (the plan held back "
+                   f"{nbytes_text(corrections.first_steps_bytes)} for the first steps)")
     return out
 
 
-def unreserved(measured: Any, corrections: Corrections, tolerance: float = TOLERANCE) -> int:
-    """Bytes under ``memory_limit`` that a plan made with ``first_steps_bytes`` held back
-    and ``measured`` did not need (what the first steps left held before the forward was
-    less), where more than ``tolerance`` of what the limit leaves the step; else 0."""
-    if not corrections.first_steps_bytes or measured.held_before_bytes is None or corrections.limit_bytes is None:
+def unreserved(predicted: Any, measured: Any, corrections: Corrections, tolerance: float = TOLERANCE) -> int:
+    """Bytes of ``memory_limit`` a plan made with ``first_steps_bytes`` held back left
+    unused, as measured (what was held before the forward, and the step peak), where
+    more than ``tolerance`` of what the limit leaves the step and the plan moves
+    something (``predicted`` below the step peak with nothing moved: a faster plan may
+    use the room); else 0."""
+    if (not corrections.first_steps_bytes or measured.held_before_bytes is None or corrections.limit_bytes is None
+            or not measured.step_peak_bytes or predicted.step_peak_bytes >= predicted.baseline_step_peak_bytes):
         return 0
-    room = corrections.held_before_bytes + corrections.first_steps_bytes - measured.held_before_bytes
-    return room if room > tolerance * (corrections.limit_bytes - measured.held_before_bytes) else 0
+    left = corrections.limit_bytes - measured.held_before_bytes
+    room = left - measured.step_peak_bytes
+    return room if room > tolerance * left else 0
 
 
 def over_limit(measured: Any, corrections: Corrections) -> int:
