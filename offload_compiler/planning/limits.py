@@ -5,7 +5,8 @@ counts what the allocator holds then (parameters, and whatever else is alive), a
 back ``FIRST_STEPS_FACTOR`` times that for what the first steps add before a forward
 (optimizer state, gradients kept between steps), where a plan fits with it held back;
 from the first measurement on it counts what was measured (``replanning.py`` plans again
-if the measured peak goes over, or if what it held back was not needed).
+if the measured peak goes over, or if the measured step left the limit's room unused:
+``replan.unreserved``).
 """
 
 from __future__ import annotations
