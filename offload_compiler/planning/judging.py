@@ -169,10 +169,9 @@ def once_more(corrections: Corrections, measured: float, predicted: Any, timed: 
     them as measured. Otherwise :func:`tightened`."""
     if unmoved and offloaded and any(paced_phases(timed)):
         return dataclasses.replace(corrections, recompute_only=True)
-    if unmoved and not offloaded:
-        fitted = recompute_fitted(corrections, predicted, timed, *unmoved)
-        if fitted is not None and fitted.recompute_scale > corrections.recompute_scale * (1 + TOLERANCE):
-            return fitted
+    fitted = _fitted_apart(corrections, predicted, timed, offloaded, unmoved)
+    if fitted is not None and fitted.recompute_scale > corrections.recompute_scale * (1 + TOLERANCE):
+        return fitted
     return tightened(corrections, measured, predicted)
 
 
@@ -188,13 +187,20 @@ def cheaper_recomputation(corrections: Corrections, overhead: float | None, max_
     was fitted already. On an H200 (session 42) ViT-B/16's plan recomputing 40 values
     measured 0.7% over the step with nothing moved (predicted 3.0%): its recomputations
     added 0.24 ms to the backward with nothing moved, priced at about 0.9 ms."""
-    if (unmoved is None or offloaded or overhead is None or max_overhead is None or overhead > max_overhead / 2
-            or corrections.recompute_scale != 1.0):
+    if overhead is None or max_overhead is None or overhead > max_overhead / 2 or corrections.recompute_scale != 1.0:
         return None
-    fitted = recompute_fitted(corrections, predicted, timed, *unmoved)
+    fitted = _fitted_apart(corrections, predicted, timed, offloaded, unmoved)
     if fitted is None or fitted.recompute_scale * (1 + TOLERANCE) >= corrections.recompute_scale:
         return None
     return fitted
+
+
+def _fitted_apart(corrections: Corrections, predicted: Any, timed: Any, offloaded: bool,
+                  unmoved: tuple[Any, Any, Corrections] | None) -> Corrections | None:
+    """:func:`recompute_fitted` where it applies: against a measured step with nothing
+    moved (``unmoved``), for a plan that offloaded nothing (copies running beside the
+    backward slow its kernels too, which the fit would count as recomputation)."""
+    return None if unmoved is None or offloaded else recompute_fitted(corrections, predicted, timed, *unmoved)
 
 
 def once_more_text(again: Corrections | None, max_overhead: float) -> str:
