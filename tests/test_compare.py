@@ -162,3 +162,20 @@ def test_blocks_are_the_largest_module_list_or_the_path_named():
     assert find_blocks(model, "blocks") is model.blocks
     model.layers = nn.ModuleList([nn.Linear(2, 2)])
     assert find_blocks(model, None) is model.layers
+
+
+def test_a_row_past_its_timeout_keeps_its_log_and_says_what_it_was_doing(tmp_path, monkeypatch):
+    import subprocess
+
+    from offload_compiler.compare import harness
+
+    def slow(cmd, **kwargs):
+        # What subprocess.run raises at its limit: the output so far, as bytes even in text mode.
+        raise subprocess.TimeoutExpired(cmd, kwargs["timeout"], output=b"",
+                                        stderr=b"compiling graph 0\noffload: graph 0: planning again\n")
+
+    monkeypatch.setattr(harness.subprocess, "run", slow)
+    row = harness._run_in_subprocess({"strategy": "offload:auto"}, 7.0, tmp_path)
+    assert row.status == "timeout"
+    assert row.note == "over 7 s; last logged: offload: graph 0: planning again"
+    assert (tmp_path / "offload_auto.log").read_text().endswith("planning again\n")

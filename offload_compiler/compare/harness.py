@@ -189,18 +189,27 @@ def _run_in_subprocess(spec: dict[str, Any], timeout_s: float, out: Path | None 
     env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, env=env)
-    except subprocess.TimeoutExpired:
-        return Row(strategy=spec["strategy"], status="timeout", note=f"over {timeout_s:.0f} s")
-    if out is not None:
-        out.mkdir(parents=True, exist_ok=True)
-        safe = spec["strategy"].replace(":", "_")
-        (out / f"{safe}.log").write_text(proc.stderr[-200_000:])
+    except subprocess.TimeoutExpired as e:
+        # The worker's log up to the limit is kept, and its last line says what it was doing.
+        err = e.stderr.decode(errors="replace") if isinstance(e.stderr, bytes) else (e.stderr or "")
+        _write_log(out, spec, err)
+        last = err.strip().splitlines()[-1:] or ["no output"]
+        return Row(strategy=spec["strategy"], status="timeout",
+                   note=f"over {timeout_s:.0f} s; last logged: {last[0][:160]}")
+    _write_log(out, spec, proc.stderr)
     for line in reversed(proc.stdout.splitlines()):
         if line.startswith("{\"strategy\""):
             return Row(**json.loads(line))
     tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
     status = "oom" if "out of memory" in (proc.stderr or "").lower() else "failed"
     return Row(strategy=spec["strategy"], status=status, note=tail[0][:200])
+
+
+def _write_log(out: Path | None, spec: dict[str, Any], text: str) -> None:
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        safe = spec["strategy"].replace(":", "_")
+        (out / f"{safe}.log").write_text(text[-200_000:])
 
 
 def _flag_disagreements(rows: list[Row], dtype: str) -> None:
