@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Session 43 (issue 18), command 3: ViT-B/16 (Inductor, "auto") interleaved with recomputation
+# claimed cheaper only beyond the timings' noise (judging.cheaper_recomputation), then HF Llama
+# (Inductor, "auto"; SAC not run, for time) interleaved, not run since session 41.
+#   OUT=dir bash benchmarks/results/2026-11-28_s43_cmd3.sh
+set -u
+export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
+nvidia-smi --query-gpu=name --format=csv,noheader > "$OUT/gpu.txt"
+python -c "import torch; print(torch.__version__)" >> "$OUT/gpu.txt"
+PAT='offload: measured|auto" measured|going back|keeping|planning again|planning once|runs again|still differs|offloaded \('
+timeout 230 python benchmarks/interleaved.py --model benchmarks/zoo_models.py:vit --dtype float32 \
+  --strategies inductor,offload:auto --rounds 6 --steps 8 --json "$OUT/vit.json" > "$OUT/vit.log" 2>&1
+echo "vit rc $?" >> "$OUT/gpu.txt"
+grep -h -E "$PAT" "$OUT/vit.log" | cut -c1-420
+tail -n 5 "$OUT/vit.log" | head -n 3
+timeout 320 python benchmarks/interleaved.py --model benchmarks/zoo_models.py:llama --dtype bfloat16 \
+  --blocks lm.model.layers --strategies inductor,offload:auto --rounds 3 --steps 6 \
+  --json "$OUT/llama.json" > "$OUT/llama.log" 2>&1
+echo "llama rc $?" >> "$OUT/gpu.txt"
+grep -h -E "$PAT" "$OUT/llama.log" | cut -c1-420
+tail -n 5 "$OUT/llama.log" | head -n 3
+cat "$OUT/gpu.txt"
