@@ -261,7 +261,7 @@ def run_strategy(spec: dict[str, Any]) -> Row:
         sync()
         row.compile_s = time.perf_counter() - t0
         row.extra["first_step_s_by_phase"] = compile_phases()
-        row.loss = float(loss)
+        row.loss = float(loss.detach())
         del loss  # under CUDA graphs, an output kept would pin the first step's memory
         if spec.get("distributed"):
             from .distributed import grad_norm
