@@ -1,36 +1,24 @@
 """The compiled graph as the backend hands it to Dynamo: measured in its first calls,
 planned again once if the measurement contradicts the plan.
 
-:class:`MeasuredGraph` runs the inner compiler's callable. Once a backward of the graph
-has run (the first step is over: every call of a graph that runs many times per step,
-one per block, has pinned its host memory and Inductor has compiled the backward), it
-measures memory on one call (the allocator's records) and time on the same call of the
-next step (events), both through ``runtime.measure.source``, and time again a step after
-each timing is read (``TIMED_CALLS``: the median call is the measurement); then it
-compares the measurement with the plan's predictions (``planning.replan.disagreements``).
-A graph called N times per step (``per_block``) measures its middle call, ``N // 2``,
-with neighbours on both sides as the chain's plan assumes. A timed call during which the
-host pool pinned or released memory is measured again (``MAX_REMEASURES``). Where the
-median timed call's forward or backward was paced by the host
-(``planning.replan.paced_phases``), one more call is timed with the GPU held before each
-phase until the host has issued it whole (``"kernels"``, ``HOLD_FACTOR``): its kernels'
-time corrects the phases' scales. Where prediction and measurement disagree beyond the
-tolerance, or the step went over ``memory_limit``, it plans again from the corrected
-inputs (``planning.replan.corrected``), compiles the graph again and runs the new one
-from this call on: a step boundary (a forward call runs whole on one compiled graph, and
-an autograd node keeps its backward). At most once per graph (``MAX_REPLANS``), or up to
-``MAX_LIMIT_REPLANS`` times over ``memory_limit``; the new plan is measured again, and
-given up where it measured slower than the one it replaced (by more than the tolerance)
-without less memory at its peak (``planning.judging.as_compared``: each phase at least
-its host's time, the new plan's at the replaced plan's host pace; ``GraphPlan.reverted``).
-With ``"auto"``, the first plan moves nothing where that fits the device, and its
-measurement (each plan's at its own host's pace) is the step ``max_overhead`` is held
-against (else the corrected model's, ``planning.judging.overhead``). A new plan more
-than ``max_overhead`` over it is planned once more (``planning.judging.once_more``)
-where the plan it replaced moved nothing or measured slower still, else gives way to
-that plan; one within half of it whose recomputations cost less than priced is planned
-once more with them so priced (``planning.judging.cheaper_recomputation``).
-Each measurement is logged, put on the plan (``GraphPlan.measured``) and in the dump.
+:class:`MeasuredGraph` runs the inner compiler's callable. After the first step (host
+memory pinned, the backward compiled) it measures memory on one call (the allocator's
+records) and time on ``TIMED_CALLS`` calls a step apart (events; the median is the
+measurement), through ``runtime.measure.source``; a graph called N times per step
+measures its middle call. A phase the host paced (``planning.replan.paced_phases``) gets
+one more call with the GPU held until the host has issued it (``"kernels"``). Where
+prediction and measurement disagree beyond the tolerance, or the step went over
+``memory_limit``, it plans again from the corrected inputs (``planning.replan.corrected``),
+compiles again and runs the new graph from this call on, a step boundary; at most
+``MAX_REPLANS`` times (``MAX_LIMIT_REPLANS`` over the limit). Under a limit, a new plan
+predicted no faster than the one in force is not run (``planning.judging.no_faster``).
+The new plan is measured again and given up where it measured worse than the one it
+replaced (``planning.judging.as_compared``; ``GraphPlan.reverted``). With ``"auto"``, a
+first plan that moves nothing is the step ``max_overhead`` is held against; a new plan
+past it is planned once more (``planning.judging.once_more``) or gives way, and one well
+within it whose recomputations cost less than priced is planned once more
+(``planning.judging.cheaper_recomputation``). Each measurement is logged, put on the
+plan (``GraphPlan.measured``) and in the dump.
 """
 
 from __future__ import annotations
@@ -42,8 +30,8 @@ from typing import Any, Callable
 import torch
 
 from .nbytes import nbytes_text
-from .planning.judging import (as_compared, at_least_host, cheaper_recomputation, held_overhead, once_more,
-                               once_more_text, percent, step_text, worse)
+from .planning.judging import (as_compared, at_least_host, cheaper_recomputation, held_overhead, no_faster,
+                               once_more, once_more_text, percent, step_text, worse)
 from .planning.replan import (MAX_TRUSTED_RATIO, Corrections, corrected, disagreements, over_limit,
                               paced_phases, repredicted, trusted)
 from .reporting.dump import write_measured
@@ -319,6 +307,18 @@ class MeasuredGraph:
         log.info("offload: graph %d: planning again from %s (%s): %s", plan.graph_id, source, "; ".join(why),
                  corrections.describe())
         compiled, new_plan = self.recompile(corrections, args)
+        kept = no_faster(new_plan, plan, self.corrections, corrections)
+        if kept is not None:  # the plan in force stays, predicted again with the new inputs
+            why = (f"predicted {kept.step_ms:.2f} ms with the new inputs; graph {new_plan.graph_id}, searched with "
+                   f"them, {new_plan.predicted.step_ms:.2f} ms: kept, graph {new_plan.graph_id} not run")
+            new_plan.replaces, new_plan.reverted, new_plan.note = plan.graph_id, True, f"predicted no faster than " \
+                f"graph {plan.graph_id}; not run"
+            plan.predicted, plan.corrections, self.corrections, self.done = kept, dataclasses.asdict(corrections), \
+                corrections, True
+            plan.note = f"{plan.note}; {why}" if plan.note else why
+            log.info("offload: graph %d: %s", plan.graph_id, why)
+            write_measured(plan)
+            return
         if new_plan is not None:
             new_plan.replaces = plan.graph_id
             self.previous = (self.compiled, plan, self.corrections)

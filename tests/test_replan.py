@@ -1306,3 +1306,34 @@ def test_a_timed_call_measures_the_hosts_time_and_its_transfer_ops_part(monkeypa
     assert m.allocations == (2, 1)  # the allocator's count at each phase's end less its start
     assert 20 <= m.host_transfer_ms[0] < 35 and 40 <= m.host_transfer_ms[1] < 70
     assert 50 <= m.host_fw_ms < 80 and m.host_transfer_ms[1] <= m.host_bw_ms < 70
+
+
+def test_under_a_limit_a_new_plan_predicted_no_faster_than_the_plan_in_force_is_not_run(source, caplog):
+    """Under ``memory_limit``, a plan measured within the limit but twice as slow as
+    predicted is planned again; the search, with the times corrected, finds nothing
+    faster than the plan in force predicted again with them: the new graph is not run,
+    the plan in force stays with the new predictions, and nothing more is measured.
+    Where the measured peak leaves room, the plan searched for it is faster and runs.
+    Gradients bitwise with a run that never re-plans."""
+    probe = backend(**OPTIONS, memory_budget=1.0, replan=False)
+    _run(probe, steps=1)
+    limit = int(probe.plans[0].predicted.baseline_step_peak_bytes * 0.8)
+    reference = _run(backend(**OPTIONS, memory_limit=f"{limit}B", replan=False), steps=2 * READ_AT)
+    b = backend(**OPTIONS, memory_limit=f"{limit}B")
+    fake = source(as_predicted(b.plans, time_scale=2.0))
+    with caplog.at_level(logging.INFO, logger="offload_compiler"):
+        got = _run(b, steps=2 * READ_AT)
+    first, second = b.plans
+    assert first.offloaded or first.recomputed
+    assert second.replaces == first.graph_id and second.reverted and second.measured is None
+    assert b.current_plans == [first] and b.settled and len(fake.asked) == len(MEASURED)
+    assert first.predicted.step_ms == pytest.approx(second.predicted.step_ms, rel=1e-6)
+    assert first.predicted.step_ms > 1.5 * probe.plans[0].predicted.step_ms * 0.9
+    assert f"graph {second.graph_id} not run" in caplog.text and "not run" in second.note
+    assert_bitwise(reference, got)
+    # A measured peak a third of the limit lower: room, and a faster plan to use it.
+    b = backend(**OPTIONS, memory_limit=f"{limit}B")
+    source(as_predicted(b.plans, peak_extra=-limit // 3))
+    _run(b, steps=2 * READ_AT)
+    first, second = b.plans
+    assert not second.reverted and second.measured is not None and b.current_plans == [second]
