@@ -189,7 +189,9 @@ class GraphPlan:
     reverted: bool = False
     """Measured worse than the plan it replaced (slower, and no less memory at its step
     peak; or, with ``"auto"``, past ``max_overhead`` where that plan measured faster):
-    the graph went back to that plan. ``note`` says which."""
+    the graph went back to that plan. Also a plan under ``memory_limit`` predicted no
+    faster than the plan in force, never run (``measured`` stays ``None``). ``note``
+    says which."""
 
     def measured_text(self) -> str:
         """Predicted against measured, in one line (empty when not measured)."""
