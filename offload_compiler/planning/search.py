@@ -158,13 +158,13 @@ def _plan_cost_model(joint_gm, start: Partition, num_fwd_outputs: int, config: O
     cost, lanes = _cost_model(start.candidates, config, corrections)
     facts = gather(start.fw_gm, start.bw_gm, num_fwd_outputs, start.candidates, joint_gm, cost,
                    config.min_offload_bytes, pool=_pooled(config))
-    start = dataclasses.replace(start, facts=facts)
-    baseline = final_simulation(facts, {}, lanes)
+    start, baseline = dataclasses.replace(start, facts=facts), final_simulation(facts, {}, lanes)
     budget = Budget.settle(config.memory_budget, baseline.peak_bytes)
     progress.info("offload: graph %d: planning %d saved activations (%s; peak %s, step %.2f ms with "
              "nothing moved) for %s; costed in %.1f s", graph_id, len(facts.tensors),
              _mib(sum(x.nbytes for x in facts.tensors)), _mib(baseline.peak_bytes),
-             baseline.step_ms, budget.describe(), time.perf_counter() - t0)
+             baseline.step_ms, budget.describe() if corrections.available_bytes is None else
+             f"memory_limit ({_mib(corrections.available_bytes)} available)", time.perf_counter() - t0)
     reuse = Reuse(joint_gm, start, num_fwd_outputs, analyze, functools.partial(
         _gather_facts, num_fwd_outputs=num_fwd_outputs, joint_gm=joint_gm, cost=cost,
         min_bytes=config.min_offload_bytes, pool=_pooled(config)))
