@@ -373,6 +373,8 @@ def model_table(model: ZooModel, rows: list) -> str:
                 f"measured {m['measured_step_ms']:.1f} ms / {m['measured_step_peak_gib']:.2f} GiB "
                 f"(peak in {m['peak_phase']}), predicted {m['predicted_step_ms']:.1f} ms / "
                 f"{m['predicted_step_peak_gib']:.2f} GiB")
+        for m in r.extra.get("not_run", []):
+            lines.append(f"{_label(r)}: graph {m['graph']} (re-planned, compiled; {m['note']})")
     for r in rows:  # the model's own baseline, against which "auto" holds max_overhead
         predicted = r.extra.get("predicted_baseline_step_ms")
         if r.status == "ok" and predicted and base and base.step_ms and r.extra.get("measured_vs_predicted"):

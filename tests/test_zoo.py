@@ -205,7 +205,8 @@ def test_mid_limit_row_runs_with_the_midpoint_of_the_measured_peaks(tmp_path):
                              measured_vs_predicted=[dict(
                                  graph=1, replaces=0, in_force=True, measured_step_ms=100.0, predicted_step_ms=101.0,
                                  measured_step_peak_gib=4.2, predicted_step_peak_gib=4.25,
-                                 stall_ms=0.1, peak_phase="backward", holders=[])])
+                                 stall_ms=0.1, peak_phase="backward", holders=[])],
+                             not_run=[dict(graph=2, replaces=1, note="predicted no faster than graph 1; not run")])
         return row
 
     settings = zoo.Settings(device="cuda", steps=1, warmup=0, timeout_s=60, out=tmp_path)
@@ -214,6 +215,7 @@ def test_mid_limit_row_runs_with_the_midpoint_of_the_measured_peaks(tmp_path):
     table = zoo.model_table(zoo.MODELS["gpt"], results["gpt"])
     assert "offload-limit:MID=15360MiB" in table and "midpoint" in table
     assert "graph 1 (re-planned): measured 100.0 ms / 4.20 GiB (peak in backward), predicted 101.0 ms" in table
+    assert "graph 2 (re-planned, compiled; predicted no faster than graph 1; not run)" in table
     # the backend's baseline beside Inductor's measured step (each _row measures 10.0 ms)
     assert ("offload-limit:MID=15360MiB: step with nothing moved 10.5 ms as the backend predicts it, "
             "10.0 ms as the inductor row measured it (+5.0%); this row's step 10.0 ms against 100.0 ms "

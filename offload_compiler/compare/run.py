@@ -308,7 +308,10 @@ def run_strategy(spec: dict[str, Any]) -> Row:
     if backend is not None and backend.plans:
         plans = backend.current_plans
         predicted = [b.predicted for b in plans if b.predicted]
-        row.extra["replanned"] = len(backend.plans) - len(plans)
+        unrun = [b for b in backend.plans if b.reverted and b.measured is None]  # under a limit, no faster
+        row.extra["replanned"] = len(backend.plans) - len(plans) - len(unrun)
+        if unrun:
+            row.extra["not_run"] = [{"graph": b.graph_id, "replaces": b.replaces, "note": b.note} for b in unrun]
         measured = [(b.measured, b.predicted) for b in backend.plans if b.measured and b.predicted]
         if measured:  # what the backend measured of each plan, the replaced ones included
             row.extra["measured_vs_predicted"] = [
