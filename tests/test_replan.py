@@ -1328,7 +1328,7 @@ def test_under_a_limit_a_new_plan_predicted_no_faster_than_the_plan_in_force_is_
     assert second.replaces == first.graph_id and second.reverted and second.measured is None
     assert b.current_plans == [first] and b.settled and len(fake.asked) == len(MEASURED)
     assert first.predicted.step_ms == pytest.approx(second.predicted.step_ms, rel=1e-6)
-    assert first.predicted.step_ms > 1.5 * probe.plans[0].predicted.step_ms * 0.9
+    assert first.predicted.step_ms > 1.9 * probe.plans[0].predicted.baseline_step_ms  # kernels twice as slow
     assert f"graph {second.graph_id} not run" in caplog.text and "not run" in second.note
     assert_bitwise(reference, got)
     # A measured peak a third of the limit lower: room, and a faster plan to use it.
