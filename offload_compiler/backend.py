@@ -4,10 +4,7 @@
 with Dynamo's FX graph; :func:`make_backend` builds the same from an
 :class:`~offload_compiler.config.OffloadConfig` and keeps the plans it made.
 
-``mode=`` is taken as Inductor takes it (:data:`VALID_MODES`; the mode's Inductor
-options, ``torch._inductor.list_mode_options(mode)``, are patched into the compile).
-``torch.compile`` refuses ``mode`` and ``options`` together, so ``options={"mode": ...}``
-and ``make_backend(..., mode=...)`` say it too. Under a mode with CUDA graphs the
+``mode=`` is taken as Inductor takes it (``modes.py``). Under a mode with CUDA graphs the
 transfers take their token form (``runtime/graph_slots.py``); a graph with dynamic sizes
 runs without CUDA graphs (one warning), as does every graph when Inductor's CUDA graph
 trees are turned off.
@@ -34,6 +31,7 @@ from torch._inductor import compile_fx as inductor_compile_fx
 from . import lowering
 from .config import SUPPORTED_DEVICE_TYPES, OffloadConfig
 from .gc_scope import fewer_collections
+from .modes import VALID_MODES, _check_mode, _split_mode, mode_options, uses_cudagraphs  # noqa: F401
 from .partitioner import OffloadPartitioner
 from .planning import cache, limits, sizes
 from .planning.replan import Corrections
@@ -44,52 +42,6 @@ from .runtime.pool import host_pool
 
 log = logging.getLogger("offload_compiler")
 progress = logging.getLogger("offload_compiler.progress")
-
-#: ``mode=`` values accepted, as Inductor accepts them (``None`` is ``"default"``).
-VALID_MODES = (None, "default", "reduce-overhead", "max-autotune-no-cudagraphs", "max-autotune")
-
-
-def mode_options(mode: str | None) -> dict[str, Any]:
-    """Inductor's config patches for ``mode`` (``torch._inductor.list_mode_options``);
-    a ``ValueError`` naming the valid modes for any other."""
-    if mode not in VALID_MODES:
-        raise ValueError(f"mode={mode!r} is not supported by the offload backend; valid modes are "
-                         f"{VALID_MODES}")
-    if mode in (None, "default"):
-        return {}
-    from torch._inductor import list_mode_options
-
-    return dict(list_mode_options(mode))
-
-
-def uses_cudagraphs(mode: str | None) -> bool:
-    """Whether ``mode`` turns on Inductor's CUDA graphs."""
-    return bool(mode_options(mode).get("triton.cudagraphs"))
-
-
-def _check_mode(mode: str | None, config: OffloadConfig) -> None:
-    if uses_cudagraphs(mode) and config.inner_compiler == "eager":
-        raise ValueError(
-            f"mode={mode!r} runs the graphs under CUDA graphs, which Inductor records; with "
-            "inner_compiler='eager' nothing records them. Use inner_compiler='inductor' with this "
-            f"mode, or a mode without CUDA graphs: {(None, 'default', 'max-autotune-no-cudagraphs')}")
-    if uses_cudagraphs(mode) and config.per_block and config.policy != "none":
-        raise ValueError(
-            f"per_block=True links the blocks' graphs through state kept outside any graph "
-            f"(cross-graph prefetch), which a CUDA graph recording cannot replay; with mode={mode!r} "
-            "leave per_block at False, or use a mode without CUDA graphs: "
-            f"{(None, 'default', 'max-autotune-no-cudagraphs')}")
-
-
-def _split_mode(options: Mapping[str, Any] | None, mode: str | None) -> tuple[Mapping[str, Any] | None, str | None]:
-    """``options`` without a ``"mode"`` key, and the mode given there or as ``mode``."""
-    if not options or "mode" not in options:
-        return options, mode
-    rest = {k: v for k, v in options.items() if k != "mode"}
-    if mode is not None and options["mode"] != mode:
-        raise ValueError(f"mode={mode!r} and options['mode']={options['mode']!r} disagree; give one")
-    return rest, options["mode"]
-
 
 class OffloadBackend:
     """A ``torch.compile`` backend; ``plans`` lists what it decided, one per graph."""
@@ -176,8 +128,9 @@ class OffloadBackend:
         if not measures:
             return compiled
 
-        def recompile(new: Corrections, args: list) -> tuple[Callable[..., Any], GraphPlan | None]:
-            return self._compile_planned(gm, args, config, planned_at, new, patches, slots, device)
+        def recompile(new: Corrections, args: list, veto: Callable[[GraphPlan], Any] | None = None,
+                      ) -> tuple[Callable[..., Any] | None, GraphPlan | None]:
+            return self._compile_planned(gm, args, config, planned_at, new, patches, slots, device, veto=veto)
 
         measured = MeasuredGraph(compiled, plan, device, corrections, recompile if replans else None,
                                  max_overhead=config.max_overhead if config.memory_budget == "auto" else None)
@@ -187,15 +140,23 @@ class OffloadBackend:
     def _compile_planned(self, gm, example_inputs, config: OffloadConfig, planned_at,
                          corrections: Corrections, patches: dict[str, Any], slots: bool,
                          device: torch.device | None, search: bool = True,
-                         ) -> tuple[Callable[..., Any], GraphPlan | None]:
-        made = _Collect(self.plans, device)
+                         veto: Callable[[GraphPlan], Any] | None = None,
+                         ) -> tuple[Callable[..., Any] | None, GraphPlan | None]:
+        """The graph planned and compiled with ``corrections``, and its plan; no callable
+        where ``veto`` returned anything but ``None`` for the plan (planned, not compiled)."""
+        made = _Collect(self.plans, device, veto)
         partitioner = OffloadPartitioner(
             config, on_plan=made, corrections=corrections, graph_slots=slots, search=search,
             cache_key=cache.key_for(gm, example_inputs, config, planned_at, corrections, search))
         t0 = time.perf_counter()
-        with fewer_collections():  # AOTAutograd's trace, planning, the forward's compile
-            compiled = self._inner_compile(gm, example_inputs, config,
-                                           sizes.at_sizes(partitioner, planned_at), patches)
+        try:
+            with fewer_collections():  # AOTAutograd's trace, planning, the forward's compile
+                compiled = self._inner_compile(gm, example_inputs, config,
+                                               sizes.at_sizes(partitioner, planned_at), patches)
+        except Exception:
+            if not made.vetoed:
+                raise
+            return None, made.plans[-1]  # whatever torch made of the exception on its way out
         if made.plans:
             took = time.perf_counter() - t0
             progress.info("offload: graph %d: compiled in %.1f s: %.1f s in the offload partitioner "
@@ -405,13 +366,15 @@ class _Collect:
     CUDA ``device`` has the host pool pin the blocks one call of the plan checks out while
     Inductor compiles the graphs (``runtime/prefill.py``), not in the first step."""
 
-    def __init__(self, into: list[GraphPlan], device: torch.device | None = None) -> None:
-        self.into = into
-        self.plans: list[GraphPlan] = []
-        self.device = device
+    def __init__(self, into: list[GraphPlan], device: torch.device | None = None,
+                 veto: Callable[[GraphPlan], Any] | None = None) -> None:
+        self.into, self.plans, self.device, self.veto, self.vetoed = into, [], device, veto, False
 
     def __call__(self, plan: GraphPlan) -> None:
         self.into.append(plan)
         self.plans.append(plan)
+        if self.veto is not None and self.veto(plan) is not None:
+            self.vetoed = True  # ends the compile before Inductor's: ``_compile_planned`` returns no callable
+            raise RuntimeError(f"offload: graph {plan.graph_id}: refused by its veto, not compiled")
         if self.device is not None and self.device.type == "cuda" and plan.offloaded:
             host_pool().prefill([d.nbytes for d in plan.offloaded], pinned=True)

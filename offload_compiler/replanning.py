@@ -15,15 +15,14 @@ predicted no faster than the one in force is not run (``planning.judging.no_fast
 The new plan is measured again and given up where it measured worse than the one it
 replaced (``planning.judging.as_compared``; ``GraphPlan.reverted``). With ``"auto"``, a
 first plan that moves nothing is the step ``max_overhead`` is held against; a new plan
-past it is planned once more (``planning.judging.once_more``) or gives way, and one well
-within it whose recomputations cost less than priced is planned once more
-(``planning.judging.cheaper_recomputation``). Each measurement is logged, put on the
-plan (``GraphPlan.measured``) and in the dump.
-"""
+past it is planned once more (``judging.once_more``) or gives way, one well within it
+is planned once more where recomputation cost less (``judging.cheaper_recomputation``).
+Each measurement is logged, put on the plan (``GraphPlan.measured``) and in the dump."""
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 from typing import Any, Callable
 
@@ -66,7 +65,7 @@ SETTLE_STEPS = (WARMUP_BACKWARDS + 1 + 2 * (TIMED_CALLS + 1)) * (1 + MAX_LIMIT_R
 #: Calls after the measured ones to wait for their backward before giving up.
 GIVE_UP_CALLS = 10_000
 
-Recompile = Callable[[Corrections, list], "tuple[Callable[..., Any], GraphPlan | None]"]
+Recompile = Callable[[Corrections, list, Any], "tuple[Callable[..., Any] | None, GraphPlan | None]"]
 
 
 class MeasuredGraph:
@@ -306,8 +305,9 @@ class MeasuredGraph:
         plan = self.plan
         log.info("offload: graph %d: planning again from %s (%s): %s", plan.graph_id, source, "; ".join(why),
                  corrections.describe())
-        compiled, new_plan = self.recompile(corrections, args)
-        kept = no_faster(new_plan, plan, self.corrections, corrections)
+        refused = functools.partial(no_faster, plan=plan, planned_with=self.corrections, corrections=corrections)
+        compiled, new_plan = self.recompile(corrections, args, refused)  # judged before it is compiled
+        kept = refused(new_plan) if compiled is None else None
         if kept is not None:  # the plan in force stays, predicted again with the new inputs
             why = (f"predicted {kept.step_ms:.2f} ms with the new inputs; graph {new_plan.graph_id}, searched with "
                    f"them, {new_plan.predicted.step_ms:.2f} ms: kept, graph {new_plan.graph_id} not run")

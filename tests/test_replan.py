@@ -337,7 +337,7 @@ def test_auto_past_max_overhead_where_the_replaced_plan_was_slower_plans_once_mo
     it replaced 5%: it stays, and one more plan is asked for, searched within
     ``max_overhead`` less the 4% missed. A plan made so is not tightened again."""
     graph, timed, before = _graph_after_replan(105.0, 104.0)
-    graph.recompile = lambda corrections, args: None
+    graph.recompile = lambda corrections, args, veto=None: None
     with caplog.at_level(logging.INFO, logger="offload_compiler"):
         assert graph._over_overhead(timed, timed, before.measured, before) is None
     assert graph.again.overhead_margin == pytest.approx(0.04) and graph.again.measured_call == 3
@@ -1313,7 +1313,8 @@ def test_under_a_limit_a_new_plan_predicted_no_faster_than_the_plan_in_force_is_
     predicted is planned again; the search, with the times corrected, finds nothing
     faster than the plan in force predicted again with them: the new graph is not run,
     the plan in force stays with the new predictions, and nothing more is measured.
-    Where the measured peak leaves room, the plan searched for it is faster and runs.
+    The new plan is refused as soon as it is made, before its graph is compiled. Where
+    the measured peak leaves room, the plan searched for it is faster and runs.
     Gradients bitwise with a run that never re-plans."""
     probe = backend(**OPTIONS, memory_budget=1.0, replan=False)
     _run(probe, steps=1)
@@ -1330,6 +1331,9 @@ def test_under_a_limit_a_new_plan_predicted_no_faster_than_the_plan_in_force_is_
     assert first.predicted.step_ms == pytest.approx(second.predicted.step_ms, rel=1e-6)
     assert first.predicted.step_ms > 1.9 * probe.plans[0].predicted.baseline_step_ms  # kernels twice as slow
     assert f"graph {second.graph_id} not run" in caplog.text and "not run" in second.note
+    # Refused before Inductor's (here the eager) compile: planned, never compiled.
+    assert f"graph {first.graph_id}: compiled in" in caplog.text
+    assert f"graph {second.graph_id}: compiled in" not in caplog.text
     assert_bitwise(reference, got)
     # A measured peak a third of the limit lower: room, and a faster plan to use it.
     b = backend(**OPTIONS, memory_limit=f"{limit}B")
