@@ -288,8 +288,8 @@ def no_faster(new: Any, plan: Any, planned_with: Corrections, corrections: Corre
     ``planned_with``, measured within the limit) predicted again with ``corrections``,
     fitted to its measurement, where the plan just searched with them (``new``) is
     predicted no faster than that: running ``new`` gains nothing the model can see, and
-    the plan in force stays. ``None`` otherwise: no limit, ``plan`` measured over it, or
-    it cannot be simulated again.
+    the plan in force stays (``new`` is refused before it is compiled). ``None``
+    otherwise: no limit, ``plan`` measured over it, or it cannot be simulated again.
 
     The search under a limit keeps the fastest of its budget probes, and the plan in
     force need not be among them. On an H200 (session 43) ResNet-50's first plan under a
