@@ -153,20 +153,20 @@ class OffloadBackend:
             with fewer_collections():  # AOTAutograd's trace, planning, the forward's compile
                 compiled = self._inner_compile(gm, example_inputs, config,
                                                sizes.at_sizes(partitioner, planned_at), patches)
+            took = time.perf_counter() - t0
+            if not partitioner.called and torch.is_grad_enabled():
+                # No partition: Inductor's (or AOTAutograd's) cache held the graphs, or no
+                # backward is needed (then the plan cache has no entry for this key either).
+                partitioner.report_cached()  # its plan goes to ``made`` (and its veto) too
         except Exception:
             if not made.vetoed:
                 raise
             return None, made.plans[-1]  # whatever torch made of the exception on its way out
-        if made.plans:
-            took = time.perf_counter() - t0
+        if made.plans and partitioner.called:
             progress.info("offload: graph %d: compiled in %.1f s: %.1f s in the offload partitioner "
                           "(min-cut, planning, the rewrite), %.1f s AOTAutograd's trace and the inner "
                           "compiler's forward (the backward compiles at its first call)",
                           made.plans[-1].graph_id, took, partitioner.seconds, took - partitioner.seconds)
-        if not partitioner.called and torch.is_grad_enabled():
-            # No partition: Inductor's (or AOTAutograd's) cache held the graphs, or no
-            # backward is needed (then the plan cache has no entry for this key either).
-            partitioner.report_cached()
         return compiled, (made.plans[-1] if made.plans else None)
 
 
