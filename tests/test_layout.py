@@ -98,7 +98,7 @@ print(json.dumps(failures))
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="forks a child per module")
-def test_every_module_imports_first_in_a_fresh_interpreter():
+def test_every_module_imports_first_with_none_of_the_package_loaded():
     """Each module imported first (with none of the package's modules imported before
     it), then all the others in reverse order: no import cycle depends on which module
     comes first."""
