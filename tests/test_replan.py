@@ -1304,7 +1304,9 @@ def test_a_timed_call_measures_the_hosts_time_and_its_transfer_ops_part(monkeypa
     assert m.transfer_ops == (1, 2) and len(rec.spare) == 2 and m.d2h_bytes == 1 << 20
     assert m.queued_ms == (1.0, 1.0)  # each phase's idle-stream event to its start (1 ms here)
     assert m.allocations == (2, 1)  # the allocator's count at each phase's end less its start
-    assert 20 <= m.host_transfer_ms[0] < 35 and 40 <= m.host_transfer_ms[1] < 70
+    # The forward's one op: under 50 ms (the op and the forward's own sleep), with room for
+    # a loaded machine's oversleep.
+    assert 20 <= m.host_transfer_ms[0] < 45 and 40 <= m.host_transfer_ms[1] < 70
     assert 50 <= m.host_fw_ms < 80 and m.host_transfer_ms[1] <= m.host_bw_ms < 70
 
 
