@@ -31,7 +31,7 @@ from torch._inductor import compile_fx as inductor_compile_fx
 from . import lowering
 from .config import SUPPORTED_DEVICE_TYPES, OffloadConfig
 from .gc_scope import fewer_collections
-from .modes import VALID_MODES, _check_mode, _split_mode, mode_options, uses_cudagraphs  # noqa: F401
+from .modes import check_mode, mode_options, split_mode
 from .partitioner import OffloadPartitioner
 from .planning import cache, limits, sizes
 from .planning.replan import Corrections
@@ -48,7 +48,7 @@ class OffloadBackend:
 
     def __init__(self, config: OffloadConfig | None = None, *, mode: str | None = None) -> None:
         self.config = config if config is not None else OffloadConfig()
-        _check_mode(mode, self.config)
+        check_mode(mode, self.config)
         self.mode = mode
         """The mode used when ``torch.compile`` passes none."""
         self.plans: list[GraphPlan] = []
@@ -85,14 +85,14 @@ class OffloadBackend:
         options: Mapping[str, Any] | None = None,
         mode: str | None = None,
     ) -> Callable[..., Any]:
-        options, mode = _split_mode(options, mode)
+        options, mode = split_mode(options, mode)
         mode = self.mode if mode is None else mode
         patches = mode_options(mode)
         config = self.config if options is None else OffloadConfig.from_options(options)
         if config.inner_compiler == "inductor":
             _warm_compile_workers()
         _warn_if_nothing_offloadable(gm, example_inputs, config)
-        _check_mode(mode, config)
+        check_mode(mode, config)
         patches = _cudagraph_patches(gm, example_inputs, config, patches)
         per_size = sizes.PlanPerSize.for_graph(
             gm, example_inputs, config.policy,
@@ -313,13 +313,13 @@ def make_backend(config: OffloadConfig | Mapping[str, Any] | None = None, *, mod
     """A backend for ``torch.compile(model, backend=make_backend(...))``.
 
     Takes an :class:`OffloadConfig`, a dict of options, or options as keywords, and a
-    ``mode`` (:data:`VALID_MODES`) used when ``torch.compile`` passes none.
+    ``mode`` (``modes.VALID_MODES``) used when ``torch.compile`` passes none.
     """
     if config is not None and options:
         raise ValueError("give either a config or keyword options, not both")
     if isinstance(config, OffloadConfig):
         return OffloadBackend(config, mode=mode)
-    options, mode = _split_mode(config if config is not None else options, mode)
+    options, mode = split_mode(config if config is not None else options, mode)
     return OffloadBackend(OffloadConfig.from_options(options), mode=mode)
 
 
@@ -337,7 +337,7 @@ def offload_backend(
     (``torch.compile`` itself keeps ``options`` without looking at them; build the
     backend with :func:`make_backend` to have them checked at once)."""
     try:
-        options, mode = _split_mode(options, mode)
+        options, mode = split_mode(options, mode)
         config = OffloadConfig.from_options(options)
         backend = OffloadBackend(config, mode=mode)
     except ValueError as error:

@@ -34,7 +34,8 @@ def uses_cudagraphs(mode: str | None) -> bool:
     return bool(mode_options(mode).get("triton.cudagraphs"))
 
 
-def _check_mode(mode: str | None, config: OffloadConfig) -> None:
+def check_mode(mode: str | None, config: OffloadConfig) -> None:
+    """A ``ValueError`` where ``mode``'s CUDA graphs cannot run with ``config``."""
     if uses_cudagraphs(mode) and config.inner_compiler == "eager":
         raise ValueError(
             f"mode={mode!r} runs the graphs under CUDA graphs, which Inductor records; with "
@@ -48,7 +49,7 @@ def _check_mode(mode: str | None, config: OffloadConfig) -> None:
             f"{(None, 'default', 'max-autotune-no-cudagraphs')}")
 
 
-def _split_mode(options: Mapping[str, Any] | None, mode: str | None) -> tuple[Mapping[str, Any] | None, str | None]:
+def split_mode(options: Mapping[str, Any] | None, mode: str | None) -> tuple[Mapping[str, Any] | None, str | None]:
     """``options`` without a ``"mode"`` key, and the mode given there or as ``mode``."""
     if not options or "mode" not in options:
         return options, mode

@@ -20,8 +20,8 @@ import torch
 
 from helpers import assert_bitwise, backend, loopback, train
 from models import Attention, NormGeluMLP, Transposed
-from offload_compiler import backend as backend_module
-from offload_compiler.backend import VALID_MODES, make_backend, mode_options
+from offload_compiler.backend import make_backend
+from offload_compiler.modes import VALID_MODES, mode_options, split_mode
 from offload_compiler.compare.harness import strategies_for
 from offload_compiler.runtime import graph_slots, host_pool, ops
 from offload_compiler.runtime.pool import HostPool
@@ -83,7 +83,7 @@ def test_mode_given_in_options_or_to_make_backend():
     assert make_backend({**loopback(), "mode": "reduce-overhead"}).mode == "reduce-overhead"
     assert make_backend(**loopback(), mode="max-autotune").mode == "max-autotune"
     with pytest.raises(ValueError, match="disagree"):
-        backend_module._split_mode({"mode": "max-autotune"}, "reduce-overhead")
+        split_mode({"mode": "max-autotune"}, "reduce-overhead")
 
 
 @pytest.mark.parametrize("mode", CUDAGRAPH_MODES)
