@@ -241,6 +241,66 @@ def test_recomputation_fused_into_a_backward_reader_pays_only_its_write():
     assert chain_ms(chain, cost, fused_backward_reads(gm.graph)) == pytest.approx(_ms(size))
 
 
+def _autocast_gelu_joint(x, w, tangents_1):
+    """``_gelu_joint`` as autocast and Inductor's decompositions give it: a bfloat16
+    matmul, the GELU computed in float32 from its cast and cast back, and a backward
+    whose derivative pieces need no gradient (they read the cast, not the matmul)."""
+    y = torch.mm(x, w)
+    y32 = y.to(torch.float32)
+    g = (0.5 * y32 * (1 + torch.erf(y32 * 0.7071067811865476))).to(torch.bfloat16)
+    grad_g = torch.mm(tangents_1, w.t())
+    slope = 0.5 * (1 + torch.erf(y32 * 0.7071067811865476)) + y32 * torch.exp(y32 * y32 * -0.5) * 0.3989422804014327
+    grad_y = (grad_g.to(torch.float32) * slope).to(torch.bfloat16)
+    grad_w = torch.mm(g.t(), tangents_1)
+    return g, grad_y, grad_w
+
+
+def test_a_backward_reading_a_cast_of_a_saved_value_reads_the_saved_value():
+    """Under autocast the GELU backward reads the matmul result through its float32 cast,
+    recomputed in the backward's fused kernel from the saved result: that result is read
+    anyway, and recomputing the GELU output from it costs the write alone (before, a
+    second read too: ViT-B/16's GELU outputs were priced at 82 us each on the H100
+    profile where 43 us is their write)."""
+    from offload_compiler.planning.costs import fused_backward_reads
+    from offload_compiler.planning.facts import _recompute_chain
+
+    gm = make_fx(_autocast_gelu_joint, tracing_mode="fake")(
+        *[torch.randn(N, N, dtype=torch.bfloat16) for _ in range(3)])
+    nodes = {n.name: n for n in gm.graph.nodes}
+    root = next(n for n in gm.graph.nodes if n.name.startswith("_to_copy") and n.users
+                and any(u.name == "t_1" for u in n.users))  # g, what the weight gradient reads
+    assert nodes["mm"] in fused_backward_reads(gm.graph, saved={nodes["mm"]})
+    assert nodes["mm"] not in fused_backward_reads(gm.graph)  # every forward value saved: the cast is
+    chain, why = _recompute_chain(nodes, root.name, {"mm"})
+    assert not why and not any(n.name == "mm" for n in chain)
+    cost, size = NodeCosts(CPU_PROFILE), N * N * 2
+    assert chain_ms(chain, cost) == pytest.approx(_ms(2 * size))
+    assert chain_ms(chain, cost, fused_backward_reads(gm.graph, saved={nodes["mm"]})) == pytest.approx(_ms(size))
+
+
+def test_a_realised_autocast_recomputation_reads_its_saved_input_free():
+    """The backward graph that realises it: the recomputed cast and GELU read the saved
+    matmul result, which the GELU backward's fused kernel reads anyway (through the
+    same recomputed cast), so the recomputation pays its write alone, as priced."""
+    from offload_compiler.planning.costs import recompute_free_reads
+
+    def _bw(y, w, tangents_1):
+        y32 = y.to(torch.float32)
+        g = (0.5 * y32 * (1 + torch.erf(y32 * 0.7071067811865476))).to(torch.bfloat16)
+        grad_g = torch.mm(tangents_1, w.t())
+        slope = 0.5 * (1 + torch.erf(y32 * 0.7071067811865476)) + y32 * torch.exp(y32 * y32 * -0.5) * 0.3989422804014327
+        return (grad_g.to(torch.float32) * slope).to(torch.bfloat16), torch.mm(g.t(), tangents_1)
+
+    bw = make_fx(_bw, tracing_mode="fake")(*[torch.randn(N, N, dtype=torch.bfloat16) for _ in range(3)])
+    nodes = {n.name: n for n in bw.graph.nodes}
+    free = recompute_free_reads(bw.graph)
+    cast = next(n for n in bw.graph.nodes if n.name.startswith("_to_copy") and nodes["y_1"] in n.all_input_nodes)
+    assert nodes["y_1"] in free[cast]
+    cost = NodeCosts(CPU_PROFILE)
+    assert cost(cast, free[cast]) == 0.0  # its read is free, and it is not written
+    assert cost(cast) == pytest.approx(_ms(N * N * 2, launches=0))
+
+
 def test_one_extern_kernel_definition_for_passes_and_cost_model():
     import operator
 

@@ -39,3 +39,17 @@ PY
   for name in "${ZOO_GROUPS[@]}"; do tail -12 "$OUT/zoo_$name.log"; done
   cat "$OUT/synced.txt" "$OUT/gpu.txt"
 }
+
+# interleaved_rows NAME MODEL DTYPE STRATEGIES TIMEOUT [extra interleaved.py args]
+# runs benchmarks/interleaved.py on benchmarks/zoo_models.py:MODEL into $OUT/NAME.log and
+# $OUT/NAME.json, and prints the measurement and re-plan lines and the rows' table.
+INTERLEAVED_PAT='offload: measured|auto" measured|going back|keeping|planning again|planning once|runs again|still differs|offloaded \(|not run'
+interleaved_rows() {
+  local name=$1 model=$2 dtype=$3 strategies=$4 limit=$5
+  shift 5
+  timeout "$limit" python benchmarks/interleaved.py --model "benchmarks/zoo_models.py:$model" --dtype "$dtype" \
+    --strategies "$strategies" --json "$OUT/$name.json" "$@" > "$OUT/$name.log" 2>&1
+  echo "$name rc $?" >> "$OUT/gpu.txt"
+  grep -h -E "$INTERLEAVED_PAT" "$OUT/$name.log" | cut -c1-420
+  tail -n 6 "$OUT/$name.log" | head -n 4
+}

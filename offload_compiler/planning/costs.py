@@ -200,32 +200,36 @@ def recompute_free_reads(bw: fx.Graph) -> dict[fx.Node, set[fx.Node]]:
     ViT-B/16 20 us above the solver's price of it (the normalised input, which the
     norm's backward reads, read again), and ``"auto"`` settled 0.4 GiB higher."""
     own = _tangent_dependent(bw)
-    fused = fused_backward_reads(bw, own)
+    fused = fused_backward_reads(bw, own, saved=frozenset())
     return {n: fused for n in bw.nodes if n.op == "call_function" and n not in own}
 
 
-def fused_backward_reads(joint: fx.Graph, backward: set[fx.Node] | None = None) -> set[fx.Node]:
+def fused_backward_reads(joint: fx.Graph, backward: set[fx.Node] | None = None,
+                         saved: frozenset[fx.Node] | set[fx.Node] | None = None) -> set[fx.Node]:
     """Values of ``joint`` (a joint forward-backward graph, or a backward graph) that a
-    backward op other than an extern kernel reads (through views): Inductor reads them
-    in a fused kernel of the backward. Backward ops are those that depend on a tangent
-    input (``backward``, if the caller has them)."""
+    backward op other than an extern kernel reads: Inductor reads them in a fused kernel
+    of the backward. Backward ops are those that depend on a tangent input
+    (``backward``, if the caller has them).
+
+    ``saved`` names what the forward hands the backward (in a backward graph: nothing
+    but its inputs, ``frozenset()``). A value the backward reads that is not saved is
+    recomputed there, and a pointwise one inside the kernel that reads it: that kernel
+    then reads what the value is computed from, back to saved values, graph inputs and
+    extern results, and those count as read too. Under autocast a GELU backward reads the
+    matmul result through its float32 cast (and the pieces of the GELU's derivative
+    that need no gradient); the result itself is what the fused kernel reads. Without
+    ``saved``, every forward value counts as saved (views are looked through)."""
     backward = _tangent_dependent(joint) if backward is None else backward
     found: set[fx.Node] = set()
-    for node in joint.nodes:
-        if node in backward or node.op == "output":
+    todo = [a for node in joint.nodes if node in backward and node.op == "call_function"
+            and not is_extern(node) and not is_free(node) for a in node.all_input_nodes]
+    while todo:
+        n = todo.pop()
+        if n in found or n in backward:
             continue
-        todo, seen = list(node.users), set()
-        while todo:
-            u = todo.pop()
-            if u in seen:
-                continue
-            seen.add(u)
-            if is_free(u):  # a view, getitem or the output: look through views only
-                if u.op == "call_function":
-                    todo.extend(u.users)
-            elif u in backward and not is_extern(u):
-                found.add(node)
-                break
+        found.add(n)
+        if is_free(n) or not (n.op == "placeholder" or is_extern(n) or saved is None or n in saved):
+            todo.extend(n.all_input_nodes)  # a view, or a pointwise value recomputed in the kernel
     return found
 
 

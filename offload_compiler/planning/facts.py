@@ -137,7 +137,8 @@ def _gather(fw_gm: fx.GraphModule, bw_gm: fx.GraphModule, num_fwd_outputs: int,
     bw_inputs = {p.name: p for p in bw_gm.graph.find_nodes(op="placeholder")}
     joint = {n.name: n for n in joint_gm.graph.nodes} if joint_gm is not None else {}
     saved = {n.name for n in saved_values(fw_gm, num_fwd_outputs)}
-    fused = fused_backward_reads(joint_gm.graph) if joint_gm is not None else set()
+    fused = fused_backward_reads(joint_gm.graph, saved={joint[n] for n in saved if n in joint}) \
+        if joint_gm is not None else set()
     tensors, options, chains = [], {}, {}
     for c in candidates:
         node = fw_by_name[c.name]
