@@ -2,12 +2,16 @@
 
     TORCHINDUCTOR_FORCE_DISABLE_CACHES=1 python benchmarks/profile_step.py --preset h100 \
         --configs none,auto,0.2 --out $OUT/profile
+    PYTHONPATH=$PWD python benchmarks/profile_step.py --model benchmarks/zoo_models.py:vit \
+        --dtype float32 --blocks model.blocks --configs inductor,sac,auto --out $OUT/profile
 
 For each configuration (``inductor`` or ``sac``: plain Inductor, or with SAC saving
 matmul and attention outputs; ``none`` / ``all``: the offload backend with that
 policy; ``auto`` or a budget such as ``0.2``: ``policy="cost_model"`` with that
-``memory_budget``; ``--options`` adds OffloadConfig options): compile the example GPT,
-warm up, time ``--steps`` steps, then record ``--profile-steps`` steps with
+``memory_budget``; ``--options`` adds OffloadConfig options): compile the example GPT
+(``--preset``) or the model a factory returns (``--model``, as ``interleaved.py`` and
+``explain`` take it: its forward returns the loss; ``--dtype`` its weights' dtype,
+``--blocks`` the blocks ``sac`` checkpoints), warm up, time ``--steps`` steps, then record ``--profile-steps`` steps with
 ``torch.profiler`` and read its Chrome trace. Unprofiled figures (the profiler slows
 kernels by a few percent, so these are the ones to quote):
 
@@ -174,14 +178,14 @@ def _node_costs(plans) -> list:
     return out
 
 
-def build(config: str, model, dump_dir: Path | None, extra: dict | None = None):
+def build(config: str, model, dump_dir: Path | None, extra: dict | None = None, blocks: str | None = None):
     """``(compiled, backend or None)`` for one configuration name."""
     from offload_compiler.compare import find_blocks, wrap_blocks
 
     if config == "inductor":
         return torch.compile(model), None
     if config == "sac":
-        wrap_blocks(find_blocks(model, None), "sac")
+        wrap_blocks(find_blocks(model, blocks), "sac")
         return torch.compile(model), None
     if config in ("none", "all"):
         options: dict = {"policy": config}
@@ -198,14 +202,12 @@ def run(config: str, args: argparse.Namespace) -> dict:
     torch._dynamo.reset()
     torch.cuda.empty_cache()
     torch.manual_seed(0)
-    cfg = preset(args.preset)
-    model = GPT(cfg).cuda().to(torch.bfloat16)
-    compiled, backend = build(config, model, args.out, args.options)
-    idx, tgt = make_batch(cfg, "cuda")
+    model, batch, kwargs = _model(args)
+    compiled, backend = build(config, model, args.out, args.options, args.blocks)
 
     def step() -> None:
         with torch.profiler.record_function("fw"):
-            loss = compiled(idx, tgt)
+            loss = compiled(*batch, **kwargs)
         with torch.profiler.record_function("bw"):
             loss.backward()
         model.zero_grad(set_to_none=True)
@@ -218,7 +220,7 @@ def run(config: str, args: argparse.Namespace) -> dict:
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         t0 = time.perf_counter()
         start.record()
-        loss = compiled(idx, tgt)
+        loss = compiled(*batch, **kwargs)
         t1 = time.perf_counter()
         mid = torch.cuda.Event(enable_timing=True)
         mid.record()
@@ -271,9 +273,29 @@ def run(config: str, args: argparse.Namespace) -> dict:
     return row
 
 
+def _model(args: argparse.Namespace):
+    """``(model, args, kwargs)`` on the GPU: the example GPT preset in bfloat16, or the
+    model ``--model`` returns in ``--dtype``, its inputs moved to the GPU."""
+    if args.model is None:
+        cfg = preset(args.preset)
+        return GPT(cfg).cuda().to(torch.bfloat16), make_batch(cfg, "cuda"), {}
+    from torch.utils import _pytree as pytree
+
+    from offload_compiler.reporting.explain_cli import load_factory, split_inputs
+
+    model, inputs = load_factory(args.model)()
+    batch, kwargs = pytree.tree_map_only(torch.Tensor, lambda t: t.cuda(), split_inputs(inputs))
+    return model.cuda().to(getattr(torch, args.dtype)), batch, kwargs
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--preset", default="h100", choices=sorted(PRESETS))
+    p.add_argument("--model", default=None,
+                   help="module:function or file.py:function returning (model, inputs), instead of --preset")
+    p.add_argument("--dtype", default="bfloat16", help="--model's weights' dtype (float32 for models under autocast)")
+    p.add_argument("--blocks", default=None,
+                   help="dotted path of --model's repeated blocks, for sac (default: the largest nn.ModuleList)")
     p.add_argument("--configs", default="none,auto",
                    help="comma-separated: inductor, sac, none, all, auto, or a budget fraction")
     p.add_argument("--warmup", type=int, default=3)
@@ -288,7 +310,7 @@ def main() -> None:
         raise SystemExit("this benchmark needs a CUDA device")
     rows = [run(c, args) for c in args.configs.split(",")]
     meta = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
-            "preset": args.preset, "command": " ".join(sys.argv)}
+            "model": args.model or f"GPT preset {args.preset}", "command": " ".join(sys.argv)}
     if args.out:
         (args.out / "profile.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=2))
     print(json.dumps(meta))
