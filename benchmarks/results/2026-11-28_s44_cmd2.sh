@@ -11,7 +11,7 @@ TORCHINDUCTOR_FORCE_DISABLE_CACHES=1 timeout 300 python benchmarks/profile_step.
   --model benchmarks/zoo_models.py:vit --dtype float32 --blocks model.blocks --configs inductor,sac,0.7,0.55 \
   --options "$RO" --out "$OUT/profile" > "$OUT/profile.log" 2>&1
 echo "profile rc $?" >> "$OUT/gpu.txt"
-rm -f "$OUT"/profile/trace_*.json
+rm -f "$OUT"/profile/trace_*.json; tar czf "$OUT/profile_dumps.tgz" -C "$OUT/profile" 0.7 0.55 && rm -rf "$OUT/profile/0.7" "$OUT/profile/0.55"
 grep -v "^offload: \|^ *$" "$OUT/profile.log" | tail -n 12 | cut -c1-400
 interleaved_rows llama llama bfloat16 inductor,offload:auto 260 --rounds 3 --steps 6
 cat "$OUT/gpu.txt"
