@@ -128,8 +128,30 @@ def node_ms(node: fx.Node, hw: HardwareProfile, fused_reads: frozenset | set = f
     reads = sum(tensor_bytes(a.meta.get("val")) for a in node.all_input_nodes
                 if is_materialized(_storage_owner(a)) and _storage_owner(a) not in fused_reads)
     writes = tensor_bytes(out) if is_materialized(node) else 0
-    launch = hw.launch_us / 1e3 if writes else 0.0
+    launch = hw.launch_us / 1e3 if writes and not (fused_reads and _shares_read(node, fused_reads)) else 0.0
     return (reads + writes) / (hw.memory_gbps * 1e9) * 1e3 + launch
+
+
+def _shares_read(node: fx.Node, fused_reads: frozenset | set) -> bool:
+    """Whether a value in memory that ``node`` is computed from (through the values not
+    written to memory between) is in ``fused_reads``: a kernel of the backward reads it
+    anyway, and Inductor fuses ``node`` into that kernel (it fuses by shared reads), with
+    no launch of its own. On an H200 (``benchmarks/RESULTS.md``, session 44) ViT-B/16's
+    20 recomputed layer norm outputs added 92 us to the norms' backward kernels and no
+    kernel (they also read the norm's bias, which no backward kernel reads); its 12 GELU
+    outputs added 155 us to the GELU backward's kernels and no kernel."""
+    todo, seen = list(node.all_input_nodes), set()
+    while todo:
+        owner = _storage_owner(todo.pop())
+        if owner in seen:
+            continue
+        seen.add(owner)
+        if is_materialized(owner):
+            if owner in fused_reads:
+                return True
+        elif owner.op == "call_function":
+            todo.extend(owner.all_input_nodes)
+    return False
 
 
 def _storage_owner(node: fx.Node) -> fx.Node:
@@ -152,12 +174,12 @@ def chain_ms(chain: list[fx.Node], cost: "NodeCosts",
     A value from outside the chain that ``fused_in_backward`` holds (the backward's
     fused kernels read it anyway, as a GELU's backward reads the matmul result that the
     GELU is recomputed from) costs no read: Inductor computes the recomputation in the
-    kernel that reads it. Measured on an H100 (``benchmarks/RESULTS.md``, session 6),
+    kernel that reads it, and launches no kernel of its own. Measured on an H100 (``benchmarks/RESULTS.md``, session 6),
     recomputing a 256 MiB GELU output added 97 us to the GELU backward's kernel, the
     write alone; reads and write together were priced at 180 us.
     """
     inside = set(chain)
-    total, reads, writes = 0.0, set(), set()
+    total, reads, writes, shared = 0.0, set(), set(), False
     root = _storage_owner(chain[0])
     if root in inside and not is_extern(root):
         writes.add(root)
@@ -171,10 +193,15 @@ def chain_ms(chain: list[fx.Node], cost: "NodeCosts",
             continue
         for a in n.all_input_nodes:
             owner = _storage_owner(a)
-            if (owner not in inside or is_extern(owner)) and owner not in fused_in_backward:
+            if owner in inside and not is_extern(owner):
+                continue
+            if owner in fused_in_backward:
+                shared = True
+            else:
                 reads.add(owner)
     nbytes = sum(tensor_bytes(n.meta.get("val")) for n in reads | writes)
-    launches = len(writes) * cost.hw.launch_us / 1e3
+    # Sharing a read with a kernel of the backward, it runs inside that kernel.
+    launches = 0.0 if shared else len(writes) * cost.hw.launch_us / 1e3
     return total + nbytes / (cost.hw.memory_gbps * 1e9) * 1e3 + launches
 
 
