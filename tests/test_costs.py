@@ -221,7 +221,7 @@ def _gelu_joint(x, w, tangents_1):
 
 
 def test_fused_backward_reads_finds_values_pointwise_backward_ops_read():
-    from offload_compiler.planning.costs import fused_backward_reads
+    from offload_compiler.planning.fusion import fused_backward_reads
 
     gm = make_fx(_gelu_joint, tracing_mode="fake")(*[torch.randn(N, N) for _ in range(3)])
     found = {n.name for n in fused_backward_reads(gm.graph)}
@@ -232,7 +232,7 @@ def test_fused_backward_reads_finds_values_pointwise_backward_ops_read():
 def test_recomputation_fused_into_a_backward_reader_pays_only_its_write():
     """Recomputing the GELU output from the matmul result that the GELU backward
     reads anyway costs the write of the output, not a second read of its input."""
-    from offload_compiler.planning.costs import fused_backward_reads
+    from offload_compiler.planning.fusion import fused_backward_reads
 
     gm = make_fx(_gelu_joint, tracing_mode="fake")(*[torch.randn(N, N) for _ in range(3)])
     nodes = {n.name: n for n in gm.graph.nodes}
@@ -262,7 +262,7 @@ def test_a_backward_reading_a_cast_of_a_saved_value_reads_the_saved_value():
     anyway, and recomputing the GELU output from it costs the write alone (before, a
     second read too: ViT-B/16's GELU outputs were priced at 82 us each on the H100
     profile where 43 us is their write)."""
-    from offload_compiler.planning.costs import fused_backward_reads
+    from offload_compiler.planning.fusion import fused_backward_reads
     from offload_compiler.planning.facts import _recompute_chain
 
     gm = make_fx(_autocast_gelu_joint, tracing_mode="fake")(
@@ -280,30 +280,73 @@ def test_a_backward_reading_a_cast_of_a_saved_value_reads_the_saved_value():
         pytest.approx(_ms(size, launches=0))
 
 
-def test_a_realised_autocast_recomputation_reads_its_saved_input_free():
-    """The backward graph that realises it: the recomputed cast and GELU read the saved
-    matmul result, which the GELU backward's fused kernel reads anyway (through the
-    same recomputed cast), so the recomputation pays its write alone, as priced."""
-    from offload_compiler.planning.costs import recompute_free_reads
-
-    def _bw(y, w, tangents_1):
-        y32 = y.to(torch.float32)
+def _autocast_gelu_backward(y, w, tangents_1, g=None):
+    """The backward graph of ``_autocast_gelu_joint``: recomputing ``g`` from the saved
+    matmul result ``y``, or given ``g`` saved."""
+    y32 = y.to(torch.float32)
+    if g is None:
         g = (0.5 * y32 * (1 + torch.erf(y32 * 0.7071067811865476))).to(torch.bfloat16)
-        grad_g = torch.mm(tangents_1, w.t())
-        slope = 0.5 * (1 + torch.erf(y32 * 0.7071067811865476)) + y32 * torch.exp(y32 * y32 * -0.5) * 0.3989422804014327
-        return (grad_g.to(torch.float32) * slope).to(torch.bfloat16), torch.mm(g.t(), tangents_1)
+    grad_g = torch.mm(tangents_1, w.t())
+    slope = 0.5 * (1 + torch.erf(y32 * 0.7071067811865476)) + y32 * torch.exp(y32 * y32 * -0.5) * 0.3989422804014327
+    return (grad_g.to(torch.float32) * slope).to(torch.bfloat16), torch.mm(g.t(), tangents_1)
 
-    bw = make_fx(_bw, tracing_mode="fake")(*[torch.randn(N, N, dtype=torch.bfloat16) for _ in range(3)])
-    nodes = {n.name: n for n in bw.graph.nodes}
-    free = recompute_free_reads(bw.graph)
-    cast = next(n for n in bw.graph.nodes if n.name.startswith("_to_copy") and nodes["y_1"] in n.all_input_nodes)
-    assert nodes["y_1"] in free[cast]
-    cost = NodeCosts(CPU_PROFILE)
-    assert cost(cast, free[cast]) == 0.0  # its read is free, and it is not written
-    assert cost(cast) == pytest.approx(_ms(N * N * 2, launches=0))
-    g = next(n for n in bw.graph.nodes if n.name.startswith("_to_copy") and any(u.target == torch.ops.aten.t.default
-                                                                                for u in n.users))
-    assert cost(g, free[g]) == pytest.approx(_ms(N * N * 2, launches=0))  # its write, inside the GELU backward
+
+def _priced(fn, n_inputs):
+    """Every node of ``fn``'s backward graph priced as the planner's facts price it."""
+    from offload_compiler.planning.fusion import recompute_free_reads
+
+    bw = make_fx(fn, tracing_mode="fake")(*[torch.randn(N, N, dtype=torch.bfloat16) for _ in range(n_inputs)])
+    free, cost = recompute_free_reads(bw.graph), NodeCosts(CPU_PROFILE)
+    return bw, {n: cost(n, free.get(n, frozenset())) for n in bw.graph.nodes if n.op == "call_function"}
+
+
+def test_a_realised_autocast_recomputation_costs_its_write_as_priced():
+    """The backward graph that realises it: the matmul result is read once in either
+    graph (by the cast, which the recomputation and the GELU's derivative share), and
+    recomputing the GELU output adds its write, inside the GELU backward's kernel: what
+    ``chain_ms`` priced it at in the joint graph."""
+    bw, recomputing = _priced(lambda y, w, tangents_1: _autocast_gelu_backward(y, w, tangents_1), 3)
+    _, saved = _priced(lambda y, w, tangents_1, g: _autocast_gelu_backward(y, w, tangents_1, g), 4)
+    assert sum(recomputing.values()) - sum(saved.values()) == pytest.approx(_ms(N * N * 2, launches=0))
+    cast = next(n for n in bw.graph.nodes if n.name.startswith("_to_copy") and n.args[0].op == "placeholder")
+    assert recomputing[cast] == pytest.approx(_ms(N * N * 2, launches=0))  # its read, paid once
+
+
+def _conv_joint(x, w1, w2, tangents_1):
+    """A convolution's output ``y``, a pointwise value ``a`` of it (as a norm and ReLU
+    give), a second convolution reading ``a``, and a backward whose pointwise kernel
+    reads ``y`` but needs the gradient the second convolution's backward computes."""
+    y = torch.nn.functional.conv2d(x, w1)
+    a = (y * 2).relu()
+    z = torch.nn.functional.conv2d(a, w2)
+    grad_a, _, grad_w2 = torch.ops.aten.convolution_backward(
+        tangents_1, a, w2, None, [1, 1], [0, 0], [1, 1], False, [0, 0], 1, [True, True, False])
+    grad_y = torch.where(y > 0, grad_a * 2, 0.0)
+    return z, grad_y, grad_w2
+
+
+def test_a_read_shared_with_a_kernel_that_must_wait_for_the_recomputation_is_not_free():
+    """Recomputing ``a`` for the second convolution's backward: the kernel that reads
+    ``y`` anyway waits for that backward's gradient, so it cannot hold the recomputation
+    (ResNet-50's ReLU outputs, session 44): ``a`` pays its read of ``y``, its write and a
+    launch. Its own matmul's weight gradient (``_gelu_joint``) leaves the kernel free."""
+    from offload_compiler.planning.fusion import extern_consumers, fused_backward_reads
+
+    gm = make_fx(_conv_joint, tracing_mode="fake")(
+        torch.randn(1, 16, 16, 16), torch.randn(16, 16, 1, 1), torch.randn(16, 16, 1, 1), torch.randn(1, 16, 16, 16))
+    nodes = {n.name: n for n in gm.graph.nodes}
+    fused = fused_backward_reads(gm.graph, saved={nodes["convolution"]})
+    assert nodes["convolution"] in fused  # read anyway, by a kernel of the backward
+    chain, size, cost = [nodes["relu"], nodes["mul"]], 16 * 16 * 16 * 4, NodeCosts(CPU_PROFILE)
+    consumers = extern_consumers(nodes["relu"], fused.backward)
+    assert [c.name for c in consumers] == ["convolution_backward"]
+    assert nodes["convolution"] not in fused.before(consumers)
+    assert chain_ms(chain, cost, fused.before(consumers)) == pytest.approx(_ms(2 * size))
+
+    gm = make_fx(_gelu_joint, tracing_mode="fake")(*[torch.randn(N, N) for _ in range(3)])
+    nodes = {n.name: n for n in gm.graph.nodes}
+    fused = fused_backward_reads(gm.graph)
+    assert nodes["mm"] in fused.before(extern_consumers(nodes["gelu"], fused.backward))
 
 
 def test_one_extern_kernel_definition_for_passes_and_cost_model():
@@ -355,7 +398,7 @@ def test_a_realised_recomputation_costs_what_the_solver_priced_it_at():
     chooses with) and as a node of the backward graph that realises it (``node_ms``,
     what the realised plan is simulated with): its read of ``y``, which the GELU
     backward reads anyway, is free in both; the backward's own ops pay as before."""
-    from offload_compiler.planning.costs import recompute_free_reads, fused_backward_reads
+    from offload_compiler.planning.fusion import recompute_free_reads, fused_backward_reads
 
     joint = make_fx(_gelu_joint, tracing_mode="fake")(*[torch.randn(N, N) for _ in range(3)])
     priced = chain_ms([{n.name: n for n in joint.graph.nodes}["gelu"]], NodeCosts(CPU_PROFILE),

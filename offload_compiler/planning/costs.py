@@ -115,7 +115,7 @@ def node_ms(node: fx.Node, hw: HardwareProfile, fused_reads: frozenset | set = f
     Extern kernels (FLOPs counted) cost the larger of compute and memory time. Other
     ops are assumed fused by Inductor: they cost only the bytes they read from and
     write to memory that is really materialized, less reads of ``fused_reads`` (values
-    a fused kernel next to it reads anyway: :func:`recompute_free_reads`).
+    a fused kernel next to it reads anyway: ``fusion.recompute_free_reads``).
     """
     if is_free(node):
         return 0.0
@@ -128,18 +128,16 @@ def node_ms(node: fx.Node, hw: HardwareProfile, fused_reads: frozenset | set = f
     reads = sum(tensor_bytes(a.meta.get("val")) for a in node.all_input_nodes
                 if is_materialized(_storage_owner(a)) and _storage_owner(a) not in fused_reads)
     writes = tensor_bytes(out) if is_materialized(node) else 0
-    launch = hw.launch_us / 1e3 if writes and not (fused_reads and _shares_read(node, fused_reads)) else 0.0
+    inside = fused_reads and _shares_read(node, getattr(fused_reads, "shared", fused_reads))
+    launch = hw.launch_us / 1e3 if writes and not inside else 0.0
     return (reads + writes) / (hw.memory_gbps * 1e9) * 1e3 + launch
 
 
-def _shares_read(node: fx.Node, fused_reads: frozenset | set) -> bool:
+def _shares_read(node: fx.Node, fused_reads: Any) -> bool:
     """Whether a value in memory that ``node`` is computed from (through the values not
     written to memory between) is in ``fused_reads``: a kernel of the backward reads it
-    anyway, and Inductor fuses ``node`` into that kernel (it fuses by shared reads), with
-    no launch of its own. On an H200 (``benchmarks/RESULTS.md``, session 44) ViT-B/16's
-    20 recomputed layer norm outputs added 92 us to the norms' backward kernels and no
-    kernel (they also read the norm's bias, which no backward kernel reads); its 12 GELU
-    outputs added 155 us to the GELU backward's kernels and no kernel."""
+    anyway and may run first, and Inductor fuses ``node`` into that kernel, with no
+    launch of its own (``fusion.py``)."""
     todo, seen = list(node.all_input_nodes), set()
     while todo:
         owner = _storage_owner(todo.pop())
@@ -203,61 +201,6 @@ def chain_ms(chain: list[fx.Node], cost: "NodeCosts",
     # Sharing a read with a kernel of the backward, it runs inside that kernel.
     launches = 0.0 if shared else len(writes) * cost.hw.launch_us / 1e3
     return total + nbytes / (cost.hw.memory_gbps * 1e9) * 1e3 + launches
-
-
-def _tangent_dependent(graph: fx.Graph) -> set[fx.Node]:
-    """Nodes of ``graph`` that depend on a tangent input: the backward's own ops (in a
-    backward graph, the others are recomputations)."""
-    backward: set[fx.Node] = set()
-    for node in graph.nodes:
-        if node.op == "placeholder":
-            if "tangent" in node.name:
-                backward.add(node)
-        elif any(a in backward for a in node.all_input_nodes):
-            backward.add(node)
-    return backward
-
-
-def recompute_free_reads(bw: fx.Graph) -> dict[fx.Node, set[fx.Node]]:
-    """For each recomputation in a backward graph (an op that depends on no tangent),
-    the values it reads that the backward's own fused kernels read anyway
-    (:func:`fused_backward_reads` of that graph): reads :func:`node_ms` does not charge,
-    as :func:`chain_ms` prices the same recomputation in the joint graph. Without it
-    the partition that realises a plan priced each recomputed layer norm output of
-    ViT-B/16 20 us above the solver's price of it (the normalised input, which the
-    norm's backward reads, read again), and ``"auto"`` settled 0.4 GiB higher."""
-    own = _tangent_dependent(bw)
-    fused = fused_backward_reads(bw, own, saved=frozenset())
-    return {n: fused for n in bw.nodes if n.op == "call_function" and n not in own}
-
-
-def fused_backward_reads(joint: fx.Graph, backward: set[fx.Node] | None = None,
-                         saved: frozenset[fx.Node] | set[fx.Node] | None = None) -> set[fx.Node]:
-    """Values of ``joint`` (a joint forward-backward graph, or a backward graph) that a
-    backward op other than an extern kernel reads: Inductor reads them in a fused kernel
-    of the backward. Backward ops are those that depend on a tangent input
-    (``backward``, if the caller has them).
-
-    ``saved`` names what the forward hands the backward (in a backward graph: nothing
-    but its inputs, ``frozenset()``). A value the backward reads that is not saved is
-    recomputed there, and a pointwise one inside the kernel that reads it: that kernel
-    then reads what the value is computed from, back to saved values, graph inputs and
-    extern results, and those count as read too. Under autocast a GELU backward reads the
-    matmul result through its float32 cast (and the pieces of the GELU's derivative
-    that need no gradient); the result itself is what the fused kernel reads. Without
-    ``saved``, every forward value counts as saved (views are looked through)."""
-    backward = _tangent_dependent(joint) if backward is None else backward
-    found: set[fx.Node] = set()
-    todo = [a for node in joint.nodes if node in backward and node.op == "call_function"
-            and not is_extern(node) and not is_free(node) for a in node.all_input_nodes]
-    while todo:
-        n = todo.pop()
-        if n in found or n in backward:
-            continue
-        found.add(n)
-        if is_free(n) or not (n.op == "placeholder" or is_extern(n) or saved is None or n in saved):
-            todo.extend(n.all_input_nodes)  # a view, or a pointwise value recomputed in the kernel
-    return found
 
 
 class NodeCosts:

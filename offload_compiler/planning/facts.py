@@ -26,7 +26,8 @@ from passes.materialization import graphs_fixed, is_materialized
 from passes.nodes import aliases, is_extern, is_random, tensor_bytes, view_root
 from passes.recompute_saved import receivable_input
 
-from .costs import NodeCosts, recompute_free_reads, chain_ms, fused_backward_reads
+from .costs import NodeCosts, chain_ms
+from .fusion import extern_consumers, fused_backward_reads, recompute_free_reads
 from .hardware import HardwareProfile
 from .liveness import Liveness, step_transients
 from ..decision import KEEP, OFFLOAD, Decision
@@ -63,7 +64,7 @@ class Facts:
     that offload (``benchmarks/RESULTS.md``, session 4)."""
 
     bw_recomputes: list[bool] = dataclasses.field(default_factory=list)
-    """Which backward ops are recomputations (read no gradient: ``costs.recompute_free_reads``),
+    """Which backward ops are recomputations (read no gradient: ``fusion.recompute_free_reads``),
     their times scaled by ``NodeCosts.recompute_scale`` as well."""
 
     def compute_ms(self) -> tuple[float, float, float]:
@@ -164,7 +165,7 @@ def _gather(fw_gm: fx.GraphModule, bw_gm: fx.GraphModule, num_fwd_outputs: int,
             # of its own, about 100 us each on an H100 (RESULTS.md, session 6).
             why_not = f"{c.nbytes} bytes < min_offload_bytes={min_bytes}"
             chain = []
-        rc_ms = chain_ms(chain, cost, fused) if chain else 0.0
+        rc_ms = chain_ms(chain, cost, fused.before(extern_consumers(joint[c.name], fused.backward))) if chain else 0.0
         tensors.append(SimTensor(
             name=c.name, nbytes=c.nbytes, produced=fw_pos[node],
             last_fw_use=max(fw_live.last_read(view_root(node)), fw_pos[node]),
