@@ -349,6 +349,25 @@ def test_a_read_shared_with_a_kernel_that_must_wait_for_the_recomputation_is_not
     assert nodes["mm"] in fused.before(extern_consumers(nodes["gelu"], fused.backward))
 
 
+def test_a_realised_recomputation_read_by_a_convolution_backward_launches_its_own_kernel():
+    """The backward graph that recomputes ``a`` (``_conv_joint``) for the convolution's
+    backward: the kernel that reads ``y`` anyway waits for that backward, so the
+    recomputation writes ``a`` in a kernel of its own."""
+    from offload_compiler.planning.fusion import recompute_free_reads
+
+    def backward(y, w2, tangents_1):
+        a = (y * 2).relu()
+        grad_a, _, grad_w2 = torch.ops.aten.convolution_backward(
+            tangents_1, a, w2, None, [1, 1], [0, 0], [1, 1], False, [0, 0], 1, [True, True, False])
+        return torch.where(y > 0, grad_a * 2, 0.0), grad_w2
+
+    bw = make_fx(backward, tracing_mode="fake")(
+        torch.randn(1, 16, 16, 16), torch.randn(16, 16, 1, 1), torch.randn(1, 16, 16, 16))
+    nodes = {n.name: n for n in bw.graph.nodes}
+    free, cost = recompute_free_reads(bw.graph), NodeCosts(CPU_PROFILE)
+    assert cost(nodes["relu"], free[nodes["relu"]]) == pytest.approx(_ms(16 * 16 * 16 * 4))  # write and launch
+
+
 def test_one_extern_kernel_definition_for_passes_and_cost_model():
     import operator
 

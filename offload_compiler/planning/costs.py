@@ -18,7 +18,7 @@ kernel on its device, timed once per distinct signature at compile time.
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import Any, Container
 
 import torch
 import torch.fx as fx
@@ -109,7 +109,7 @@ def _dtype(node: fx.Node) -> torch.dtype:
     return val.dtype if val is not None else torch.float32
 
 
-def node_ms(node: fx.Node, hw: HardwareProfile, fused_reads: frozenset | set = frozenset()) -> float:
+def node_ms(node: fx.Node, hw: HardwareProfile, fused_reads: Container[fx.Node] = frozenset()) -> float:
     """Estimated run time of ``node`` in milliseconds.
 
     Extern kernels (FLOPs counted) cost the larger of compute and memory time. Other
@@ -133,7 +133,7 @@ def node_ms(node: fx.Node, hw: HardwareProfile, fused_reads: frozenset | set = f
     return (reads + writes) / (hw.memory_gbps * 1e9) * 1e3 + launch
 
 
-def _shares_read(node: fx.Node, fused_reads: Any) -> bool:
+def _shares_read(node: fx.Node, fused_reads: Container[fx.Node]) -> bool:
     """Whether a value in memory that ``node`` is computed from (through the values not
     written to memory between) is in ``fused_reads``: a kernel of the backward reads it
     anyway and may run first, and Inductor fuses ``node`` into that kernel, with no
@@ -159,7 +159,7 @@ def _storage_owner(node: fx.Node) -> fx.Node:
 
 
 def chain_ms(chain: list[fx.Node], cost: "NodeCosts",
-             fused_in_backward: frozenset[fx.Node] | set[fx.Node] = frozenset()) -> float:
+             fused_in_backward: Container[fx.Node] = frozenset()) -> float:
     """Milliseconds to recompute ``chain`` (joint-graph nodes, its root first) in backward.
 
     Extern nodes cost what ``cost`` gives. The other nodes are taken as fused into few
@@ -227,7 +227,7 @@ class NodeCosts:
         self.recompute_scale = recompute_scale
         """Measured over estimated recomputation, on top of those (``judging.recompute_fitted``)."""
 
-    def __call__(self, node: fx.Node, fused_reads: frozenset | set = frozenset()) -> float:
+    def __call__(self, node: fx.Node, fused_reads: Container[fx.Node] = frozenset()) -> float:
         key = None
         if self.profile and is_extern(node) and _device_type(node) == "cuda":
             key = _signature(node)
