@@ -40,8 +40,9 @@ Profiled figures, per step:
 - ``stalls`` (printed, and in the JSON): the longest waits of the compute stream, with
   the copy that ended at the same moment, if any.
 
-Prints a table last; ``--out`` gets one Chrome trace per configuration and
-``profile.json``.
+Prints the three longest stalls of each configuration and a table of the figures above
+that a comparison reads first (:data:`TABLE`) last; ``--out`` gets one Chrome trace per
+configuration and ``profile.json``, with every figure.
 """
 
 from __future__ import annotations
@@ -315,11 +316,16 @@ def main() -> None:
         (args.out / "profile.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=2))
     print(json.dumps(meta))
     for r in rows:
-        for key in ("fw_kernels", "bw_kernels", "bw_node_ms", "decisions", "reasons", "hardware"):
-            r.pop(key, None)  # in the JSON; too long for the table
-        for g in r.pop("stalls", []):
+        for g in r.get("stalls", [])[:3]:
             print(r["config"], "stall", g)
-    print(tabulate(rows, headers="keys", floatfmt=".2f"))
+    # The columns a comparison reads first; every figure is in the JSON (--out).
+    print(tabulate([[r.get(k, "") for k in TABLE] for r in rows], headers=TABLE, floatfmt=".2f"))
+
+
+#: The printed table's columns (a command's output is read from its tail, which has room for few).
+TABLE = ("config", "step_ms", "back_to_back_ms", "host_fw_ms", "host_bw_ms", "compute_busy_ms", "fw_gemm",
+         "fw_triton", "bw_gemm", "bw_attention", "bw_triton", "bw_triton_n", "d2h_ms", "h2d_ms",
+         "pred_step_ms", "pred_base_ms", "recomputed", "offloaded_gib")
 
 
 if __name__ == "__main__":
