@@ -318,11 +318,14 @@ def _conv_joint(x, w1, w2, tangents_1):
     reads ``y`` but needs the gradient the second convolution's backward computes."""
     y = torch.nn.functional.conv2d(x, w1)
     a = (y * 2).relu()
-    z = torch.nn.functional.conv2d(a, w2)
+    return (torch.nn.functional.conv2d(a, w2), *_conv_backward(y, a, w2, tangents_1))
+
+
+def _conv_backward(y, a, w2, tangents_1):
+    """``_conv_joint``'s backward: the second convolution's, then the pointwise kernel."""
     grad_a, _, grad_w2 = torch.ops.aten.convolution_backward(
         tangents_1, a, w2, None, [1, 1], [0, 0], [1, 1], False, [0, 0], 1, [True, True, False])
-    grad_y = torch.where(y > 0, grad_a * 2, 0.0)
-    return z, grad_y, grad_w2
+    return torch.where(y > 0, grad_a * 2, 0.0), grad_w2
 
 
 def test_a_read_shared_with_a_kernel_that_must_wait_for_the_recomputation_is_not_free():
@@ -355,13 +358,7 @@ def test_a_realised_recomputation_read_by_a_convolution_backward_launches_its_ow
     recomputation writes ``a`` in a kernel of its own."""
     from offload_compiler.planning.fusion import recompute_free_reads
 
-    def backward(y, w2, tangents_1):
-        a = (y * 2).relu()
-        grad_a, _, grad_w2 = torch.ops.aten.convolution_backward(
-            tangents_1, a, w2, None, [1, 1], [0, 0], [1, 1], False, [0, 0], 1, [True, True, False])
-        return torch.where(y > 0, grad_a * 2, 0.0), grad_w2
-
-    bw = make_fx(backward, tracing_mode="fake")(
+    bw = make_fx(lambda y, w2, tangents_1: _conv_backward(y, (y * 2).relu(), w2, tangents_1), tracing_mode="fake")(
         torch.randn(1, 16, 16, 16), torch.randn(16, 16, 1, 1), torch.randn(1, 16, 16, 16))
     nodes = {n.name: n for n in bw.graph.nodes}
     free, cost = recompute_free_reads(bw.graph), NodeCosts(CPU_PROFILE)

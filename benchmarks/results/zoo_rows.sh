@@ -53,3 +53,12 @@ interleaved_rows() {
   grep -h -E "$INTERLEAVED_PAT" "$OUT/$name.log" | cut -c1-420
   tail -n 6 "$OUT/$name.log" | head -n 4
 }
+
+# gpu_suite LIMIT: the GPU-marked tests on six workers into $OUT/gpu_suite.log, its exit status
+# in $OUT/gpu.txt, and its failures and summary printed.
+gpu_suite() {
+  timeout "$1" python -m pytest -q -m gpu -n 6 --dist load -rfEx -p no:cacheprovider --durations=5 tests \
+    > "$OUT/gpu_suite.log" 2>&1
+  echo "gpu suite rc $?" >> "$OUT/gpu.txt"
+  grep -E "FAILED|ERROR|passed|failed" "$OUT/gpu_suite.log" | tail -n 8
+}

@@ -115,7 +115,8 @@ def node_ms(node: fx.Node, hw: HardwareProfile, fused_reads: Container[fx.Node] 
     Extern kernels (FLOPs counted) cost the larger of compute and memory time. Other
     ops are assumed fused by Inductor: they cost only the bytes they read from and
     write to memory that is really materialized, less reads of ``fused_reads`` (values
-    a fused kernel next to it reads anyway: ``fusion.recompute_free_reads``).
+    a fused kernel next to it reads anyway: ``fusion.recompute_free_reads``), and no
+    launch where it shares such a read (:func:`_shares_read`): it runs inside that kernel.
     """
     if is_free(node):
         return 0.0
