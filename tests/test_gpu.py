@@ -526,13 +526,16 @@ def test_a_timed_call_measures_the_gpu_work_queued_ahead_of_each_phase():
     recorder reads the forward's head start from an idle stream's event (what the
     earlier work took, timed on the compute stream: other processes may share the GPU),
     and none for the backward. A copy stream busy too does not delay the idle event.
-    Within a tenth of the earlier work's time: where the suite's other processes share
-    the GPU, their contexts take it in turns, and the idle stream's event ran up to a
-    turn late (18.88 ms read against 19.90 ms, session 40, ``-n 6``)."""
+    Within a tenth of the earlier work's time, in one of three measured calls: where the
+    suite's other processes share the GPU, their contexts take it in turns, and the idle
+    stream's event ran up to a turn late (18.88 ms read against 19.90 ms, session 40;
+    14.40 against 17.27 ms, session 45; both ``-n 6``). A recorder that reads the wrong
+    events misses in all three."""
     x = torch.randn(1 << 20, device="cuda")
     copy_stream = torch.cuda.Stream()
     cycles = int(20 * measure._cycles_per_ms(torch.device("cuda", 0)))
-    for _ in range(2):  # the first warms up
+    readings = []
+    for attempt in range(4):  # the first warms up
         rec = measure.CudaSource().recorder(torch.device("cuda", 0), 1, "time")
         torch.cuda.synchronize()
         earlier = torch.cuda.Event(enable_timing=True)
@@ -548,10 +551,12 @@ def test_a_timed_call_measures_the_gpu_work_queued_ahead_of_each_phase():
         x.mul_(1.0)
         rec.probe("bw_end")
         m = rec.result()
-    took = earlier.elapsed_time(rec.events["fw_start"])
-    print("queued", m.queued_ms, "earlier work", took)
-    assert took > 5.0 and abs(m.queued_ms[0] - took) < 0.1 * took and m.queued_ms[1] < 1.0
-    assert m.fw_ms < 5.0  # its span starts once the queued work is done
+        took = earlier.elapsed_time(rec.events["fw_start"])
+        if attempt:
+            readings.append((m.queued_ms, took, m.fw_ms))
+    print("queued, earlier work, forward:", readings)
+    assert all(took > 5.0 and queued[1] < 1.0 and fw < 5.0 for queued, took, fw in readings), readings
+    assert any(abs(queued[0] - took) < 0.1 * took for queued, took, _ in readings), readings
 
 
 def test_the_timed_call_runs_without_the_allocators_history():
