@@ -71,6 +71,7 @@ from typing import Any
 
 from passes.nodes import is_transfer
 
+from . import reuse_estimate
 from .gc_scope import fewer_collections
 from .runtime import chain, graph_slots, ops
 
@@ -121,7 +122,8 @@ def compile_inner(gm, example_inputs, **kwargs: Any):
     backward, compiled inside ``compile_fx``): a graph with transfer ops is compiled
     without Inductor's peak-memory reordering, so its copies are issued where the plan
     put them, and without its buffer pool (see the module docstring); any other graph
-    as Inductor would."""
+    as Inductor would, its buffer pool weighed against an estimate of the graph's peak
+    that counts its outputs (``reuse_estimate.py``)."""
     from torch._inductor import config
     from torch._inductor.compile_fx import compile_fx_inner
 
@@ -131,8 +133,9 @@ def compile_inner(gm, example_inputs, **kwargs: Any):
         patches["allow_buffer_reuse"] = False
         if hasattr(config, "_post_fusion_custom_pass"):
             patches["_post_fusion_custom_pass"] = _transfer_pass(config._post_fusion_custom_pass)
+    reuse_estimate.install()
     # The backward compiles at its first call, outside the backend's compile scope.
-    with fewer_collections(), config.patch(patches):
+    with fewer_collections(), config.patch(patches), reuse_estimate.counting():
         return compile_fx_inner(gm, example_inputs, **kwargs)
 
 

@@ -1,5 +1,6 @@
 """Graph tests: the transfer nodes, their order, their metadata and Inductor's code."""
 
+import itertools
 import re
 
 import pytest
@@ -662,3 +663,60 @@ def test_a_reload_is_anchored_on_what_its_target_is_computed_from():
     assert anchor_before(use.prev) is dw  # the premise: the nearest one is unrelated
     assert anchor_feeding(use) is dx
     assert anchor_feeding(dx) is None  # only graph inputs and views of them before it
+
+
+def _estimated_peaks(monkeypatch, compile_step, *, cancel_outputs: bool) -> list[int]:
+    """The peak of each buffer-reuse estimate Inductor makes while ``compile_step`` runs
+    (forward first), with torch 2.11's ``estimate_peak_memory`` in place of this torch's
+    where ``cancel_outputs``: it frees a graph output (``end_step`` -1) at step 0."""
+    from torch._inductor import memory
+    from torch._inductor.codegen import wrapper
+
+    from offload_compiler import reuse_estimate
+
+    def as_in_2_11(nodes, freeable, outputs):
+        buffers = memory.compute_memory_timeline(nodes, freeable, outputs)[0]
+        delta = [0] * (len(nodes) + 1)
+        for b in buffers:
+            delta[b.start_step] += b.size_alloc
+            delta[b.end_step + 1] -= b.size_free
+        curve = list(itertools.accumulate(delta))
+        return max(0, max(curve)), curve
+
+    if cancel_outputs:
+        monkeypatch.setattr(memory, "estimate_peak_memory", as_in_2_11)
+    reuse_estimate.install()
+    peaks, made = [], wrapper.EfficientPeakEstimate.__init__
+
+    def recorded(self, *args, **kwargs):
+        made(self, *args, **kwargs)
+        peaks.append(self.overall_peak_memory)
+
+    monkeypatch.setattr(wrapper.EfficientPeakEstimate, "__init__", recorded)
+    torch._dynamo.reset()
+    with torch._inductor.config.patch(force_disable_caches=True):  # each compile makes its estimates
+        compile_step()
+    return peaks
+
+
+def test_inductors_reuse_estimate_counts_the_forwards_saved_outputs_in_the_backends_compiles(monkeypatch):
+    """torch 2.11's estimate of a graph's peak, which Inductor's buffer reuse is weighed
+    against, cancels every graph output at the start: a training forward, whose outputs
+    are its saved activations, is estimated at about its largest transient, and Inductor
+    then refuses reuses the planner counted on (``reuse_estimate.py``). In the backend's
+    compiles the estimate counts them, as torch 2.13's does: the same peak either way.
+    A plain ``torch.compile`` in the same process keeps Inductor's own estimate."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(*[torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.GELU()) for _ in range(4)])
+    x = torch.randn(256, 64, requires_grad=True)
+
+    def backend_step():
+        torch.compile(model, backend=backend(**loopback(policy="none")))(x).sum().backward()
+
+    def inductor_step():
+        torch.compile(model)(x).sum().backward()
+
+    forward = _estimated_peaks(monkeypatch, backend_step, cancel_outputs=False)[0]
+    assert forward >= 4 * 2 * 256 * 64 * 4  # each layer's saved input and matmul result, at least
+    assert _estimated_peaks(monkeypatch, backend_step, cancel_outputs=True)[0] == forward
+    assert _estimated_peaks(monkeypatch, inductor_step, cancel_outputs=True)[0] < forward // 4

@@ -21,7 +21,10 @@ does so only where holding it does not raise its own estimate of the graph's pea
 (``AllocateLine.should_reuse_buffer``: the buffer's size plus the estimate's largest
 value between the two points at most the graph's estimated peak); otherwise the dead
 buffer is freed where it died. The step peak replays that pool over each graph
-(forward, backward) with the simulator's memory per op as the estimate. (:class:`Transient`
+(forward, backward) with the simulator's memory per op as the estimate. That estimate
+counts the graph's outputs as held to its end, as Inductor's own does in the backend's
+compiles (``reuse_estimate.py``: torch 2.11's cancels them, and refused nearly every
+reuse in a training forward). (:class:`Transient`
 carries the key and whether a buffer enters or leaves the pool.)
 
 A plan that offloads compiles its graphs without that pool (``lowering.compile_inner``:
