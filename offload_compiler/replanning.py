@@ -22,14 +22,13 @@ Each measurement is logged, put on the plan (``GraphPlan.measured``) and in the 
 from __future__ import annotations
 
 import dataclasses
-import functools
 import logging
 from typing import Any, Callable
 
 import torch
 
 from .nbytes import nbytes_text
-from .planning.judging import (as_compared, at_least_host, cheaper_recomputation, held_overhead, no_faster,
+from .planning.judging import (NoFaster, as_compared, at_least_host, cheaper_recomputation, held_overhead,
                                once_more, once_more_text, percent, step_text, worse)
 from .planning.replan import (MAX_TRUSTED_RATIO, Corrections, corrected, disagreements, over_limit,
                               paced_phases, repredicted, trusted)
@@ -305,9 +304,9 @@ class MeasuredGraph:
         plan = self.plan
         log.info("offload: graph %d: planning again from %s (%s): %s", plan.graph_id, source, "; ".join(why),
                  corrections.describe())
-        refused = functools.partial(no_faster, plan=plan, planned_with=self.corrections, corrections=corrections)
+        refused = NoFaster(plan, self.corrections, corrections)
         compiled, new_plan = self.recompile(corrections, args, refused)  # judged before it is compiled
-        kept = refused(new_plan) if compiled is None else None
+        kept = refused.verdict if compiled is None else None  # no callable: the veto refused it
         if kept is not None:  # the plan in force stays, predicted again with the new inputs
             why = (f"predicted {kept.step_ms:.2f} ms with the new inputs; graph {new_plan.graph_id}, searched with "
                    f"them, {new_plan.predicted.step_ms:.2f} ms: kept, graph {new_plan.graph_id} not run")

@@ -304,6 +304,19 @@ def no_faster(new: Any, plan: Any, planned_with: Corrections, corrections: Corre
     return again if new.predicted.step_ms >= again.step_ms else None
 
 
+class NoFaster:
+    """:func:`no_faster` as one re-plan's veto (``plan``, ``planned_with`` and
+    ``corrections`` as there), its last verdict kept (``verdict``): a refused plan is not
+    judged a second time after its compile was stopped."""
+
+    def __init__(self, plan: Any, planned_with: Corrections, corrections: Corrections) -> None:
+        self.plan, self.planned_with, self.corrections, self.verdict = plan, planned_with, corrections, None
+
+    def __call__(self, new: Any) -> Any:
+        self.verdict = no_faster(new, self.plan, self.planned_with, self.corrections)
+        return self.verdict
+
+
 def within_margin(config: Any, corrections: Corrections) -> Any:
     """``config`` (an ``OffloadConfig``) as ``"auto"``'s search holds it under
     ``corrections``: ``max_overhead`` less ``overhead_margin`` (not below 0), and with
