@@ -1,7 +1,9 @@
 """Gradient parity on Hugging Face architectures nobody here wrote (tiny random configs,
 CPU loopback): an encoder-decoder with relative position bias and dropout (T5), routed
 experts (Mixtral), ALiBi with dropout (Bloom), rotary embeddings with a parallel residual
-and dropout (GPT-NeoX), and an image model Dynamo splits in two graphs (ViT, dropout).
+and dropout (GPT-NeoX), an image model Dynamo splits in two graphs (ViT, dropout), an
+encoder given a padding mask and token types (BERT, dropout), and shifted-window attention
+(Swin).
 The rewrite offloads and recomputes on each; with the eager inner compiler the losses and
 gradients over two SGD steps are bitwise those of the same compile with nothing moved,
 dropout included (its randomness replayed where recomputed); with Inductor, within
@@ -57,14 +59,32 @@ def _vit():
     return transformers.ViTForImageClassification(cfg)
 
 
-MODELS = {"t5": _t5, "mixtral": _mixtral, "bloom": _bloom, "gpt_neox": _gpt_neox, "vit": _vit}
+def _bert():
+    cfg = transformers.BertConfig(vocab_size=VOCAB, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                                  intermediate_size=128, hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.1)
+    return transformers.BertForMaskedLM(cfg)
+
+
+def _swin():
+    cfg = transformers.SwinConfig(image_size=32, patch_size=4, embed_dim=16, depths=[1, 1], num_heads=[2, 2],
+                                  window_size=4, num_labels=10)
+    return transformers.SwinForImageClassification(cfg)
+
+
+MODELS = {"t5": _t5, "mixtral": _mixtral, "bloom": _bloom, "gpt_neox": _gpt_neox, "vit": _vit, "bert": _bert,
+          "swin": _swin}
 
 
 def _inputs(name: str, step: int) -> dict[str, torch.Tensor]:
     g = torch.Generator().manual_seed(100 + step)
-    if name == "vit":
+    if name in ("vit", "swin"):
         return {"pixel_values": torch.randn(2, 3, 32, 32, generator=g), "labels": torch.randint(10, (2,), generator=g)}
     ids = torch.randint(VOCAB, (2, 16), generator=g)
+    if name == "bert":  # the second sequence padded after 11 tokens; two segments
+        mask = torch.ones(2, 16, dtype=torch.long)
+        mask[1, 11:] = 0
+        return {"input_ids": ids, "attention_mask": mask, "token_type_ids": (torch.arange(16) > 8).long().expand(2, 16),
+                "labels": ids}
     if name == "t5":
         return {"input_ids": ids, "labels": torch.randint(VOCAB, (2, 8), generator=g)}
     return {"input_ids": ids, "labels": ids}
