@@ -13,7 +13,8 @@ compiled in one process on one model (the weights shared; Dynamo keeps one compi
 entry per backend), run until settled (the backend's measurements and any re-plan over),
 then timed in rounds: each round runs ``--steps`` steps back to back of each strategy in
 turn, the order rotated every round, then one synchronised step of each, whose host
-time to issue it is recorded. A strategy's ratio is the median, over rounds, of its
+time to issue it is recorded, with the garbage collections over the round's steps of
+each strategy (``gc``: count and milliseconds; the round's line prints both). A strategy's ratio is the median, over rounds, of its
 back-to-back step over the first strategy's in the same round (paired: a slow spell of
 the host falls on both), with its range. Strategies: ``inductor``, ``offload:auto``,
 ``offload:B`` (a fraction in (0, 1] or bytes with a unit), ``offload:none`` (the
@@ -108,12 +109,14 @@ def interleave(model, args: tuple, kwargs: dict, strategies: list[str], *, round
                blocks: str | None = None) -> dict[str, Any]:
     """Compile ``model`` under each strategy, settle each, time them in ``rounds`` rounds
     (module docstring); returns per strategy its rounds' back-to-back steps, host times,
-    paired ratios to the first strategy and, with a ``meter`` (on CUDA:
-    :func:`cuda_activation`), activation memory (``"act_gib"``), and with ``host_profile``
-    steps its profile (``"profile"``: the top functions by own time, as text)."""
+    paired ratios to the first strategy, garbage collections (``"gc"``: per round, count
+    and ms) and, with a ``meter`` (on CUDA: :func:`cuda_activation`), activation memory
+    (``"act_gib"``), and with ``host_profile`` steps its profile (``"profile"``: the top
+    functions by own time, as text)."""
     import torch
 
     import offload_compiler
+    from offload_compiler.gc_scope import collections_timed
 
     def sync() -> None:
         if device.startswith("cuda"):
@@ -143,26 +146,29 @@ def interleave(model, args: tuple, kwargs: dict, strategies: list[str], *, round
         say(f"interleaved: {s}: ready in {time.perf_counter() - t0:.1f} s ({settle} settling steps)")
         compiled[s] = step
     got: dict[str, dict[str, list[float]]] = {
-        s: {"step_ms": [], "host_ms": [], **({"act_gib": []} if meter else {})} for s in strategies}
+        s: {"step_ms": [], "host_ms": [], "gc": [], **({"act_gib": []} if meter else {})} for s in strategies}
     for r in range(rounds):
         order = strategies[r % len(strategies):] + strategies[:r % len(strategies)]
         for s in order:
             step = compiled[s]
             sync()
-            t0 = time.perf_counter()
-            for _ in range(steps):
+            with collections_timed() as collected:  # [count, ms] over the round's steps of ``s``
+                t0 = time.perf_counter()
+                for _ in range(steps):
+                    step()
+                sync()
+                got[s]["step_ms"].append((time.perf_counter() - t0) * 1e3 / steps)
+                before = meter[0]() if meter else 0
+                t0 = time.perf_counter()
                 step()
-            sync()
-            got[s]["step_ms"].append((time.perf_counter() - t0) * 1e3 / steps)
-            before = meter[0]() if meter else 0
-            t0 = time.perf_counter()
-            step()
-            got[s]["host_ms"].append((time.perf_counter() - t0) * 1e3)  # issued; the device may still run it
-            sync()
+                got[s]["host_ms"].append((time.perf_counter() - t0) * 1e3)  # issued; the device may still run it
+                sync()
+            got[s]["gc"].append([collected.count, collected.ms])
             if meter:
                 got[s]["act_gib"].append(meter[1](before) / 2**30)
         say(f"interleaved: round {r + 1}/{rounds}: " + ", ".join(
-            f"{s} {got[s]['step_ms'][-1]:.2f} ms" for s in strategies))
+            f"{s} {got[s]['step_ms'][-1]:.2f} ms (host {got[s]['host_ms'][-1]:.1f} ms, "
+            f"{got[s]['gc'][-1][0]} collections {got[s]['gc'][-1][1]:.1f} ms)" for s in strategies))
     first = got[strategies[0]]["step_ms"]
     for s in strategies:
         got[s]["ratio"] = [a / b for a, b in zip(got[s]["step_ms"], first)]

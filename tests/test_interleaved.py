@@ -69,6 +69,8 @@ def test_each_synchronised_step_records_its_activation_memory(tmp_path):
                                  device="cpu", meter=(begin, end), say=lambda _: None)
     assert calls == ["begin", "end"] * 4
     assert sorted(got["inductor"]["act_gib"] + got["offload:none"]["act_gib"]) == [1.0, 1.0, 2.0, 2.0]
+    for s in ("inductor", "offload:none"):  # each round's collections (often none): a count and their ms
+        assert [(type(n), type(ms)) for n, ms in got[s]["gc"]] == [(int, float)] * 2, got[s]["gc"]
     table = interleaved.table(got)
     assert "act GiB" in table and "x inductor act" in table and "above what was allocated" in table
 
