@@ -14,9 +14,10 @@ entry per backend), run until settled (the backend's measurements and any re-pla
 then timed in rounds: each round runs ``--steps`` steps back to back of each strategy in
 turn, the order rotated every round, then one synchronised step of each, whose host
 time to issue it is recorded, with the garbage collections over the round's steps of
-each strategy (``gc``: count and milliseconds; the round's line prints both). A strategy's ratio is the median, over rounds, of its
-back-to-back step over the first strategy's in the same round (paired: a slow spell of
-the host falls on both), with its range. Strategies: ``inductor``, ``offload:auto``,
+each strategy (``gc``: count and milliseconds; the round's line prints both). A
+strategy's ratio is the median, over rounds, of its back-to-back step over the first
+strategy's in the same round (paired: a slow spell of the host falls on both), with its
+range. Strategies: ``inductor``, ``offload:auto``,
 ``offload:B`` (a fraction in (0, 1] or bytes with a unit), ``offload:none`` (the
 backend with nothing moved), and ``sac`` and ``full_ac`` (Inductor, each repeated block
 under selective or full activation checkpointing, as ``compare`` runs them: the blocks

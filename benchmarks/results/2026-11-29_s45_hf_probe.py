@@ -18,14 +18,29 @@ def text(g=None):
     return ids, mask
 
 MODELS = {
- "bert": lambda: transformers.BertForMaskedLM(transformers.BertConfig(vocab_size=V, hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128, hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.1)),
- "gpt2": lambda: transformers.GPT2LMHeadModel(transformers.GPT2Config(vocab_size=V, n_embd=64, n_layer=2, n_head=4, n_positions=64)),
- "bart": lambda: transformers.BartForConditionalGeneration(transformers.BartConfig(vocab_size=V, d_model=64, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=128, decoder_ffn_dim=128, max_position_embeddings=64, dropout=0.1)),
- "qwen2": lambda: transformers.Qwen2ForCausalLM(transformers.Qwen2Config(vocab_size=V, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2)),
- "distilbert": lambda: transformers.DistilBertForSequenceClassification(transformers.DistilBertConfig(vocab_size=V, dim=64, n_layers=2, n_heads=4, hidden_dim=128, num_labels=3)),
- "convnext": lambda: transformers.ConvNextForImageClassification(transformers.ConvNextConfig(num_channels=3, num_stages=2, hidden_sizes=[16, 32], depths=[1, 1], num_labels=10, image_size=32, drop_path_rate=0.1)),
- "swin": lambda: transformers.SwinForImageClassification(transformers.SwinConfig(image_size=32, patch_size=4, embed_dim=16, depths=[1, 1], num_heads=[2, 2], window_size=4, num_labels=10)),
- "phi": lambda: transformers.PhiForCausalLM(transformers.PhiConfig(vocab_size=V, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, resid_pdrop=0.1)),
+    "bert": lambda: transformers.BertForMaskedLM(transformers.BertConfig(
+        vocab_size=V, hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128,
+        hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.1)),
+    "gpt2": lambda: transformers.GPT2LMHeadModel(transformers.GPT2Config(
+        vocab_size=V, n_embd=64, n_layer=2, n_head=4, n_positions=64)),
+    "bart": lambda: transformers.BartForConditionalGeneration(transformers.BartConfig(
+        vocab_size=V, d_model=64, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
+        decoder_attention_heads=4, encoder_ffn_dim=128, decoder_ffn_dim=128, max_position_embeddings=64,
+        dropout=0.1)),
+    "qwen2": lambda: transformers.Qwen2ForCausalLM(transformers.Qwen2Config(
+        vocab_size=V, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2)),
+    "distilbert": lambda: transformers.DistilBertForSequenceClassification(transformers.DistilBertConfig(
+        vocab_size=V, dim=64, n_layers=2, n_heads=4, hidden_dim=128, num_labels=3)),
+    "convnext": lambda: transformers.ConvNextForImageClassification(transformers.ConvNextConfig(
+        num_channels=3, num_stages=2, hidden_sizes=[16, 32], depths=[1, 1], num_labels=10, image_size=32,
+        drop_path_rate=0.1)),
+    "swin": lambda: transformers.SwinForImageClassification(transformers.SwinConfig(
+        image_size=32, patch_size=4, embed_dim=16, depths=[1, 1], num_heads=[2, 2], window_size=4,
+        num_labels=10)),
+    "phi": lambda: transformers.PhiForCausalLM(transformers.PhiConfig(
+        vocab_size=V, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+        resid_pdrop=0.1)),
 }
 
 def inputs(name, step):
@@ -38,7 +53,8 @@ def inputs(name, step):
     if name == "distilbert":
         return {"input_ids": ids, "attention_mask": mask, "labels": torch.randint(3, (2,), generator=g)}
     if name == "bert":
-        return {"input_ids": ids, "attention_mask": mask, "token_type_ids": (torch.arange(16) > 8).long().expand(2, 16), "labels": ids}
+        types = (torch.arange(16) > 8).long().expand(2, 16)
+        return {"input_ids": ids, "attention_mask": mask, "token_type_ids": types, "labels": ids}
     return {"input_ids": ids, "attention_mask": mask, "labels": ids}
 
 def train(base, name, **options):
@@ -52,7 +68,8 @@ def train(base, name, **options):
         torch.manual_seed(7 + s)
         loss = c(**inputs(name, s)).loss
         loss.backward()
-        out.append((loss.detach().clone(), [p.grad.detach().clone() for p in model.parameters() if p.grad is not None]))
+        grads = [p.grad.detach().clone() for p in model.parameters() if p.grad is not None]
+        out.append((loss.detach().clone(), grads))
         opt.step(); opt.zero_grad(set_to_none=True)
     return out, b.plans
 
@@ -73,10 +90,12 @@ for budget in (["auto", 0.1] if inner == "eager" else [0.1]):
         if len(g0) != len(g1): bad.append(f"step {s}: {len(g1)} grads vs {len(g0)}"); continue
         same = torch.equal(l0, l1) and all(torch.equal(a, b) for a, b in zip(g0, g1))
         if inner == "eager" and not same:
-            bad.append(f"step {s}: loss {l0.item()} vs {l1.item()}, max grad diff {max((a - b).abs().max().item() for a, b in zip(g0, g1))}")
+            diff = max((a - b).abs().max().item() for a, b in zip(g0, g1))
+            bad.append(f"step {s}: loss {l0.item()} vs {l1.item()}, max grad diff {diff}")
         if inner != "eager":
             try:
                 torch.testing.assert_close((l1, g1), (l0, g0))
             except AssertionError as e:
                 bad.append(f"step {s}: {str(e)[:200]}")
-    print(name, inner, budget, "graphs", len(plans), "offloaded", off, "recomputed", rec, "OK" if not bad else "MISMATCH " + "; ".join(bad))
+    verdict = "OK" if not bad else "MISMATCH " + "; ".join(bad)
+    print(name, inner, budget, "graphs", len(plans), "offloaded", off, "recomputed", rec, verdict)
