@@ -1,4 +1,5 @@
-"""How Inductor lowers the reload op: as its own fallback kernel, with an aligned result.
+"""How Inductor lowers the transfer ops: the reload with an aligned result, the copy out
+in the host copy's layout; and the order Inductor keeps them in.
 
 Inductor lowers ``offload::h2d`` as a fallback (extern) kernel, like any custom op. It
 also marks the result "not aligned": the op's input is a host tensor, a graph input
@@ -40,6 +41,11 @@ fusion, moves each op that starts a copy (``d2h``, ``h2d``, ``prefetch_next`` an
 token forms) back up to the next extern kernel after what it depends on, as the plan
 placed it; the ops that wait for a copy stay where Inductor put them.
 
+Each ``d2h`` gets its input in the layout of its host copy, the one Inductor requires of
+that forward output (:func:`host_strides`), and no kernel of Inductor's may read a host
+copy (:func:`host_copies_untouched`): on a GPU such a kernel would read the host buffer
+before the asynchronous copy filled it.
+
 The generated code calls each transfer op's Python kernel without the dispatcher
 (:func:`call_directly`, ``runtime.ops.direct``): on an H100 host that saved 3 to 4 us of
 each op's host time, four ops per offloaded tensor per step (``benchmarks/RESULTS.md``,
@@ -69,7 +75,10 @@ import hashlib
 import logging
 from typing import Any
 
+import torch
+
 from passes.nodes import is_transfer
+from passes.provenance import module_path, source_line
 
 from . import reuse_estimate
 from .gc_scope import fewer_collections
@@ -84,37 +93,95 @@ _ISSUE_OPS = (ops.D2H, ops.H2D, graph_slots.D2H, graph_slots.H2D, chain.PREFETCH
 
 def install() -> bool:
     """Lower ``offload::h2d`` and ``offload::h2d.slot`` as Inductor's fallback would, their
-    results not marked unaligned. Idempotent; ``False`` (and a debug log) if this torch
-    has no such hook, in which case Inductor's own implicit fallback stays in place."""
+    results not marked unaligned, and ``offload::d2h`` and ``offload::d2h.slot`` with their
+    input in the layout of the host copy (:func:`host_strides`). Idempotent; ``False``
+    (and a debug log) if this torch has no such hook, in which case Inductor's own
+    implicit fallbacks stay in place."""
     try:
+        from torch._inductor import ir
         from torch._inductor import lowering as L
         from torch._inductor.virtualized import V
         from torch._library.utils import get_layout_constraint_tag
     except ImportError as err:  # pragma: no cover - torch without these internals
-        log.debug("offload: reload lowering not installed (%s)", err)
+        log.debug("offload: transfer op lowerings not installed (%s)", err)
         return False
-    for op in (ops.H2D, graph_slots.H2D):
-        _install(op, L, V, get_layout_constraint_tag)
+    for op, wrap in ((ops.H2D, _aligned), (graph_slots.H2D, _aligned),
+                     (ops.D2H, _host_layout), (graph_slots.D2H, _host_layout)):
+        current = L.lowerings.get(op)
+        if getattr(current, _MARK, False):
+            continue
+        if current is None:
+            # What Inductor's implicit fallback for a custom op does (GraphLowering.call_function).
+            constraint = L.tag_to_layout_constraint(get_layout_constraint_tag(op, with_default=True))
+            L.make_fallback(op, layout_constraint=constraint, warn=False)
+            current = L.lowerings[op]
+        lowered = wrap(current, ir, V, token=op is graph_slots.D2H)
+        setattr(lowered, _MARK, True)
+        L.lowerings[op] = lowered
     return True
 
 
-def _install(op, L, V, get_layout_constraint_tag) -> None:
-    current = L.lowerings.get(op)
-    if getattr(current, _MARK, False):
-        return
-    if current is None:
-        # What Inductor's implicit fallback for a custom op does (GraphLowering.call_function).
-        constraint = L.tag_to_layout_constraint(get_layout_constraint_tag(op, with_default=True))
-        L.make_fallback(op, layout_constraint=constraint, warn=False)
-        current = L.lowerings[op]
-
+def _aligned(current, ir, V, token: bool):
     def lower_h2d(*args: Any, **kwargs: Any):
         result = current(*args, **kwargs)
         V.graph.unaligned_buffers.discard(result.get_name())
         return result
+    return lower_h2d
 
-    setattr(lower_h2d, _MARK, True)
-    L.lowerings[op] = lower_h2d
+
+def _host_layout(current, ir, V, token: bool):
+    def lower_d2h(src, keep_strides, *rest: Any):
+        node, graph = V.graph.current_node, V.graph
+        prefer = getattr(graph, "nodes_prefer_channels_last", None)
+        if keep_strides:
+            strides = host_strides(node, None if token else prefer)
+            if isinstance(src, ir.TensorBox):
+                src.realize()  # one buffer, the one other readers of the value read too
+            if not _laid_out(src, strides, ir, V):
+                src = ir.ExternKernel.require_exact_strides(src, strides)
+        elif prefer is not None:  # packed contiguously, as the graph says
+            prefer.discard(node)
+        return current(src, keep_strides, *rest)
+    return lower_d2h
+
+
+def _laid_out(src, strides, ir, V) -> bool:
+    """Whether ``src`` (Inductor's IR) is fixed in ``strides`` already, up to the strides of
+    dimensions of size 1 (which Inductor may leave unlike the graph's: requiring them made
+    it write a layer norm's statistics twice)."""
+    try:
+        if isinstance(src.get_layout(), ir.FlexibleLayout):
+            return False  # to be fixed in them, at no cost
+        got, size = src.get_stride(), src.get_size()
+    except (AttributeError, NotImplementedError):
+        return False
+    known = V.graph.sizevars.statically_known_equals
+    return len(got) == len(strides) and all(
+        known(n, 1) or known(a, b) for a, b, n in zip(got, strides, size))
+
+
+def host_strides(node, prefer) -> list:
+    """The strides of ``d2h`` node ``node``'s input as Inductor hands it over, for a dense
+    value (copied with its strides): those Inductor will require of the host copy, a
+    forward output saved for backward. That is the graph's strides, or channels-last for
+    a 4-d value in ``prefer`` (Inductor's ``nodes_prefer_channels_last``: a convolution
+    reads it or what it feeds; the token form's result is no such output: ``None``).
+
+    The host copy has its input's strides, and Inductor requires its own choice of them
+    of a forward output; where the two differed it added a kernel that copies the host
+    copy into the strides it chose, run on the host, which on a GPU reads the host
+    buffer before the asynchronous device-to-host copy has filled it. Inductor also
+    hands the input of an op a pass inserted in whatever layout it picked for the value:
+    a slice of a buffer it had laid out otherwise arrived with gaps where the plan had a
+    dense value, and the copy refused it. HF Mamba's scan on the CPU had both
+    (``benchmarks/RESULTS.md``, session 46). With the input's strides fixed to those of
+    the output, a value Inductor computes in a layout of its choosing is written in this
+    one; one it made as a view of a buffer laid out otherwise is copied on the device
+    first, as it would be were it saved without offloading."""
+    val = node.args[0].meta["val"]
+    if prefer is not None and node in prefer and val.dim() == 4:
+        return list(torch._prims_common.make_channels_last_strides_for(val.shape))
+    return list(val.stride())
 
 
 def compile_inner(gm, example_inputs, **kwargs: Any):
@@ -167,7 +234,45 @@ class _PlainTransferPass:
         self.version = _source_hash()
 
     def __call__(self, nodes: list) -> list:
-        return call_directly(issue_early(self.previous(nodes) if self.previous is not None else nodes))
+        return call_directly(issue_early(host_copies_untouched(
+            self.previous(nodes) if self.previous is not None else nodes)))
+
+
+def host_copies_untouched(nodes: list) -> list:
+    """``nodes`` (Inductor's scheduler nodes, fused), checked: no kernel but the backend's
+    own ops reads a ``d2h``'s host copy. One that did would run on the host, and on a
+    GPU read the host buffer before the asynchronous copy has filled it, so the compile
+    stops with an error naming the value instead (:func:`host_strides` says how Inductor
+    came to add such a kernel, and why it no longer does)."""
+    host: dict[str, str] = {}  # buffer name -> the FX nodes its d2h came from
+    for snode in nodes:
+        for base in snode.get_nodes():
+            kernel = getattr(base, "node", None)
+            op = getattr(kernel, "op_overload", None)
+            read = sorted(d.name for d in base.read_writes.reads if d.name in host)
+            if op is ops.D2H:
+                made = _copied_value(kernel)
+            elif read and type(kernel).__name__ == "MultiOutput":  # the d2h's result
+                made = host[read[0]]
+            else:
+                if read and getattr(op, "namespace", None) != ops.NAMESPACE:
+                    raise RuntimeError(
+                        f"offload: Inductor laid out the host copy {read[0]} (of {host[read[0]]}) anew in a "
+                        f"kernel of its own ({base.get_name()}), which would read it before the copy from the "
+                        f"device ends; stopping rather than risk wrong gradients (please report this)")
+                continue
+            host.update((name, made) for name in base.get_buffer_names())
+    return nodes
+
+
+def _copied_value(kernel) -> str:
+    """The value a ``d2h`` kernel copies, in the user's terms (module, source line)."""
+    for origin in getattr(kernel, "origins", ()):
+        if origin.target in (ops.D2H, graph_slots.D2H):
+            value = origin.args[0]
+            where = source_line(value)
+            return f"{module_path(value) or value.name}" + (f" at {where}" if where else "")
+    return "a saved value"
 
 
 def call_directly(nodes: list) -> list:
@@ -200,7 +305,8 @@ else:
             self.previous = previous
 
         def __call__(self, nodes: list) -> list:
-            return call_directly(issue_early(self.previous(nodes) if self.previous is not None else nodes))
+            return call_directly(issue_early(host_copies_untouched(
+            self.previous(nodes) if self.previous is not None else nodes)))
 
         def uuid(self) -> Any:
             before = self.previous.uuid() if isinstance(self.previous, CustomSchedulerPass) else None

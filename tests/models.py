@@ -74,3 +74,17 @@ class Dropout(nn.Module):
     def forward(self, x):
         h = F.dropout(F.relu(self.fc1(x)), self.p, self.training)
         return self.fc2(h).square().mean()
+
+
+class ConvNet(nn.Module):
+    """Two convolutions on an NCHW input, a norm and ReLUs between: Inductor lays the
+    activations out channels-last, where the graph (eager) has them contiguous."""
+
+    def __init__(self, channels: int = 8, size: int = 16):
+        super().__init__()
+        self.body = nn.Sequential(nn.Conv2d(3, channels, 3, padding=1), nn.BatchNorm2d(channels), nn.ReLU(),
+                                  nn.Conv2d(channels, channels, 3, padding=1), nn.ReLU(), nn.Flatten())
+        self.head = nn.Linear(channels * size * size, 10)
+
+    def forward(self, x):
+        return self.head(self.body(x))

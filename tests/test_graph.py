@@ -9,7 +9,7 @@ from torch._inductor.utils import run_and_get_code
 
 import offload_compiler
 from helpers import as_dispatched, backend, counts, loopback
-from models import Attention, NormGeluMLP, Transposed
+from models import Attention, ConvNet, NormGeluMLP, Transposed
 from passes import transfer_meta, transfer_nodes
 from offload_compiler.runtime import ops
 
@@ -269,6 +269,43 @@ def test_reloads_are_not_marked_unaligned():
     bw = as_dispatched(codes[-1])
     assert bw.count("torch.ops.offload.h2d.default(") == len(b.plans[0].offloaded) > 10
     assert "(op: torch.ops.offload.h2d.default) is assumed to be not aligned" not in bw
+
+
+def _conv_step(**options):
+    """Compile ConvNet with Inductor and every activation offloaded (loopback): the
+    generated forward's code, its loss and its gradients."""
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    model = ConvNet()
+    compiled = torch.compile(model, backend=backend(**loopback(inner_compiler="inductor", **options)))
+    x = torch.randn(4, 3, 16, 16)
+    with torch._inductor.config.patch(force_disable_caches=True):
+        loss, codes = run_and_get_code(lambda: compiled(x).square().mean())
+        loss.backward()
+    return as_dispatched(codes[0]), loss.detach(), [p.grad for p in model.parameters()]
+
+
+def test_a_host_copy_is_made_in_the_layout_inductor_requires_of_the_saved_value(monkeypatch):
+    """Inductor lays a saved activation a convolution reads out channels-last (the graph
+    has it contiguous) and requires that layout of the forward's output. The host copy
+    is made in it (``lowering.host_strides``): no kernel of Inductor's reads a host copy,
+    which on a GPU would read it before the asynchronous copy from the device filled it.
+    Where the two layouts differ, the compile stops and names the value."""
+    from offload_compiler import lowering
+
+    code, loss, grads = _conv_step(policy="all")
+    copies = re.findall(r"(buf\d+) = torch\.ops\.offload\.d2h\.default\(", code)
+    assert len(copies) >= 4
+    results = {m[0]: m[1] for m in re.findall(r"(buf\d+) = (buf\d+)\n", code)}
+    hosts = set(copies) | {r for r, made in results.items() if made in copies}
+    kernels = [line for line in code.splitlines() if line.strip().startswith("cpp_fused")]
+    assert kernels and not [k for k in kernels if hosts & set(re.findall(r"buf\d+", k))]
+    _, ref_loss, ref_grads = _conv_step(policy="none")
+    torch.testing.assert_close((loss, grads), (ref_loss, ref_grads))
+
+    monkeypatch.setattr(lowering, "host_strides", lambda node, prefer: list(node.args[0].meta["val"].stride()))
+    with pytest.raises(Exception, match=r"laid out the host copy buf\d+ \(of body\.\d"):
+        _conv_step(policy="all")
 
 
 def test_module_path_and_source_line_speak_the_users_terms():
