@@ -57,7 +57,7 @@ def inputs(name, step):
         return {"input_ids": ids, "attention_mask": mask, "token_type_ids": types, "labels": ids}
     return {"input_ids": ids, "attention_mask": mask, "labels": ids}
 
-def train(base, name, **options):
+def train(base, name, inputs=inputs, **options):
     torch._dynamo.reset()
     model = copy.deepcopy(base).train()
     b = offload_compiler.make_backend(**OPTIONS, **options)
@@ -73,29 +73,34 @@ def train(base, name, **options):
         opt.step(); opt.zero_grad(set_to_none=True)
     return out, b.plans
 
-name, inner = sys.argv[1], sys.argv[2]
-torch.manual_seed(0)
-with warnings.catch_warnings():
-    warnings.simplefilter("ignore")
-    base = MODELS[name]()
-ref, _ = train(base, name, policy="none", inner_compiler=inner)
-for budget in (["auto", 0.1] if inner == "eager" else [0.1]):
-    try:
-        got, plans = train(base, name, inner_compiler=inner, memory_budget=budget)
-    except Exception:
-        print(name, inner, budget, "CRASH"); traceback.print_exc(); continue
-    off = sum(len(p.offloaded) for p in plans); rec = sum(len(p.recomputed) for p in plans)
-    bad = []
-    for s, ((l0, g0), (l1, g1)) in enumerate(zip(ref, got)):
-        if len(g0) != len(g1): bad.append(f"step {s}: {len(g1)} grads vs {len(g0)}"); continue
-        same = torch.equal(l0, l1) and all(torch.equal(a, b) for a, b in zip(g0, g1))
-        if inner == "eager" and not same:
-            diff = max((a - b).abs().max().item() for a, b in zip(g0, g1))
-            bad.append(f"step {s}: loss {l0.item()} vs {l1.item()}, max grad diff {diff}")
-        if inner != "eager":
-            try:
-                torch.testing.assert_close((l1, g1), (l0, g0))
-            except AssertionError as e:
-                bad.append(f"step {s}: {str(e)[:200]}")
-    verdict = "OK" if not bad else "MISMATCH " + "; ".join(bad)
-    print(name, inner, budget, "graphs", len(plans), "offloaded", off, "recomputed", rec, verdict)
+def probe(models, inputs, name, inner):
+    """Run one architecture of ``models`` (its inputs from ``inputs``) and print its verdicts."""
+    torch.manual_seed(0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        base = models[name]()
+    ref, _ = train(base, name, inputs, policy="none", inner_compiler=inner)
+    for budget in (["auto", 0.1] if inner == "eager" else [0.1]):
+        try:
+            got, plans = train(base, name, inputs, inner_compiler=inner, memory_budget=budget)
+        except Exception:
+            print(name, inner, budget, "CRASH"); traceback.print_exc(); continue
+        off = sum(len(p.offloaded) for p in plans); rec = sum(len(p.recomputed) for p in plans)
+        bad = []
+        for s, ((l0, g0), (l1, g1)) in enumerate(zip(ref, got)):
+            if len(g0) != len(g1): bad.append(f"step {s}: {len(g1)} grads vs {len(g0)}"); continue
+            same = torch.equal(l0, l1) and all(torch.equal(a, b) for a, b in zip(g0, g1))
+            if inner == "eager" and not same:
+                diff = max((a - b).abs().max().item() for a, b in zip(g0, g1))
+                bad.append(f"step {s}: loss {l0.item()} vs {l1.item()}, max grad diff {diff}")
+            if inner != "eager":
+                try:
+                    torch.testing.assert_close((l1, g1), (l0, g0))
+                except AssertionError as e:
+                    bad.append(f"step {s}: {str(e)[:200]}")
+        verdict = "OK" if not bad else "MISMATCH " + "; ".join(bad)
+        print(name, inner, budget, "graphs", len(plans), "offloaded", off, "recomputed", rec, verdict)
+
+
+if __name__ == "__main__":
+    probe(MODELS, inputs, sys.argv[1], sys.argv[2])
