@@ -4,14 +4,17 @@ anything that touches runtime behaviour: ``pytest -m gpu``."""
 import contextlib
 import copy
 import logging
+import re
 
 import pytest
 import torch
+from torch._inductor.utils import run_and_get_code
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from offload_compiler.runtime import host_pool, measure, streams
 from offload_compiler.models.gpt import GPT, make_batch, preset
 from helpers import as_dispatched, assert_bitwise, assert_close, backend
+from models import ConvNet
 from offload_compiler.replanning import SETTLE_STEPS, TIMED_CALLS
 
 pytestmark = pytest.mark.gpu
@@ -91,6 +94,61 @@ def test_whole_step_under_non_default_stream():
     finally:
         streams.set_copy_delay()
     assert_bitwise(ref, got)
+
+
+def _conv_grads(steps=1, **options):
+    """``steps`` steps of an NCHW ConvNet on CUDA, Inductor's layout optimization on (it
+    lays the activations out channels-last), each copy stream spun ~1 ms before each copy:
+    the last step's loss and gradients as ``_steps`` gives them, and the forward's code.
+    Every step but the last has an input of its own (so the host blocks the last step's
+    copies reuse hold other values)."""
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    model = ConvNet(channels=32, size=64).cuda()
+    compiled = torch.compile(model, backend=backend(**options))
+    streams.set_copy_delay(d2h=2_000_000, h2d=2_000_000)
+    try:
+        with torch._inductor.config.patch(force_disable_caches=True, force_layout_optimization=True):
+            for step in range(steps):
+                model.zero_grad(set_to_none=True)
+                torch.manual_seed(steps - 1 - step)
+                x = torch.randn(16, 3, 64, 64, device="cuda")
+                loss, codes = run_and_get_code(lambda: compiled(x).square().mean()) if step == 0 else (
+                    compiled(x).square().mean(), None)
+                code = codes[0] if codes else code
+                loss.backward()
+    finally:
+        streams.set_copy_delay()
+    torch.cuda.synchronize()
+    return ([loss.detach()], [[p.grad for p in model.parameters()]]), as_dispatched(code)
+
+
+def _kernels_reading_host_copies(code: str) -> list[str]:
+    body = code[code.index("def call("):]
+    copies = set(re.findall(r"(buf\d+) = torch\.ops\.offload\.d2h\.default\(", body))
+    copies |= {r for r, made in re.findall(r"(buf\d+) = (buf\d+)\n", body) if made in copies}
+    return [line.strip() for line in body.splitlines()
+            if re.match(r"\s+(cpp_fused|triton_)", line) and copies & set(re.findall(r"buf\d+", line))]
+
+
+def test_no_kernel_reads_a_host_copy_before_its_copy_ends(monkeypatch):
+    """The host copies of a conv net whose activations Inductor lays out otherwise than
+    the graph: no kernel reads one, gradients right with the copies delayed. With the
+    copy's input kept in the graph's strides and the compile's check off, Inductor adds a
+    kernel that reads a host copy before its copy ends, and the gradients are wrong: the
+    hazard ``lowering.host_strides`` avoids."""
+    from offload_compiler import lowering
+
+    ref, _ = _conv_grads(policy="none")
+    got, code = _conv_grads(2, policy="all")
+    assert code.count("offload.d2h.default(") >= 4 and not _kernels_reading_host_copies(code)
+    assert_close(got, ref, rtol=2e-2, atol=2e-2)
+    monkeypatch.setattr(lowering, "host_strides", lambda node, prefer: list(node.args[0].meta["val"].stride()))
+    monkeypatch.setattr(lowering, "host_copies_untouched", lambda nodes: nodes)
+    got, code = _conv_grads(2, policy="all")
+    assert _kernels_reading_host_copies(code)
+    with pytest.raises(AssertionError):
+        assert_close(got, ref, rtol=2e-2, atol=2e-2)
 
 
 def _peak_activation_bytes(model, b, steps=3):
@@ -200,7 +258,6 @@ def test_pinned_failure_keeps_tensor_on_gpu_and_gradients_right():
 
 
 def test_inductor_cuda_code_waits_before_reads_and_anchors_reloads():
-    from torch._inductor.utils import run_and_get_code
     from test_graph import _h2d_waits_in_order
 
     model = _model()
