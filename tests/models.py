@@ -88,3 +88,16 @@ class ConvNet(nn.Module):
 
     def forward(self, x):
         return self.head(self.body(x))
+
+
+class SlicedConv(nn.Module):
+    """Every other channel of a convolution's output (a slice with gaps, saved packed),
+    read by pointwise ops and a second convolution."""
+
+    def __init__(self):
+        super().__init__()
+        self.c1, self.c2 = nn.Conv2d(3, 8, 3, padding=1), nn.Conv2d(4, 4, 3, padding=1)
+
+    def forward(self, x):
+        s = self.c1(x)[:, ::2]
+        return self.c2(torch.sin(s) * s)

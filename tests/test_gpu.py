@@ -4,7 +4,6 @@ anything that touches runtime behaviour: ``pytest -m gpu``."""
 import contextlib
 import copy
 import logging
-import re
 
 import pytest
 import torch
@@ -14,7 +13,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from offload_compiler.runtime import host_pool, measure, streams
 from offload_compiler.models.gpt import GPT, make_batch, preset
 from helpers import as_dispatched, assert_bitwise, assert_close, backend
-from models import ConvNet
+from models import ConvNet, SlicedConv
 from offload_compiler.replanning import SETTLE_STEPS, TIMED_CALLS
 
 pytestmark = pytest.mark.gpu
@@ -96,16 +95,16 @@ def test_whole_step_under_non_default_stream():
     assert_bitwise(ref, got)
 
 
-def _conv_grads(steps=1, **options):
-    """``steps`` steps of an NCHW ConvNet on CUDA, Inductor's layout optimization on (it
+def _conv_grads(make=lambda: ConvNet(channels=32, size=64), steps=1, **options):
+    """``steps`` steps of an NCHW conv net (``make()``; ConvNet by default) on CUDA, Inductor's layout optimization on (it
     lays the activations out channels-last), each copy stream spun ~1 ms before each copy:
     the last step's loss and gradients as ``_steps`` gives them, and the forward's code.
     Every step but the last has an input of its own (so the host blocks the last step's
     copies reuse hold other values)."""
     torch._dynamo.reset()
     torch.manual_seed(0)
-    model = ConvNet(channels=32, size=64).cuda()
-    compiled = torch.compile(model, backend=backend(**options))
+    model = make().cuda()
+    compiled = torch.compile(model, backend=backend(min_offload_bytes=64 << 10, **options))
     streams.set_copy_delay(d2h=2_000_000, h2d=2_000_000)
     try:
         with torch._inductor.config.patch(force_disable_caches=True, force_layout_optimization=True):
@@ -123,29 +122,24 @@ def _conv_grads(steps=1, **options):
     return ([loss.detach()], [[p.grad for p in model.parameters()]]), as_dispatched(code)
 
 
-def _kernels_reading_host_copies(code: str) -> list[str]:
-    body = code[code.index("def call("):]
-    copies = set(re.findall(r"(buf\d+) = torch\.ops\.offload\.d2h\.default\(", body))
-    copies |= {r for r, made in re.findall(r"(buf\d+) = (buf\d+)\n", body) if made in copies}
-    return [line.strip() for line in body.splitlines()
-            if re.match(r"\s+(cpp_fused|triton_)", line) and copies & set(re.findall(r"buf\d+", line))]
-
-
 def test_no_kernel_reads_a_host_copy_before_its_copy_ends(monkeypatch):
-    """The host copies of a conv net whose activations Inductor lays out otherwise than
-    the graph: no kernel reads one, gradients right with the copies delayed. With the
+    """The host copies of conv nets whose activations Inductor lays out otherwise than
+    the graph (SlicedConv's slice with gaps had two such kernels before, one the fused
+    sine): no kernel reads one, gradients right with the copies delayed. With the
     copy's input kept in the graph's strides and the compile's check off, Inductor adds a
     kernel that reads a host copy before its copy ends, and the gradients are wrong: the
     hazard ``lowering.host_strides`` avoids."""
     from offload_compiler import lowering
+    from test_graph import _kernels_reading_host_copies
 
-    ref, _ = _conv_grads(policy="none")
-    got, code = _conv_grads(2, policy="all")
-    assert code.count("offload.d2h.default(") >= 4 and not _kernels_reading_host_copies(code)
-    assert_close(got, ref, rtol=2e-2, atol=2e-2)
+    for make in (SlicedConv, lambda: ConvNet(channels=32, size=64)):
+        ref, _ = _conv_grads(make, policy="none")
+        got, code = _conv_grads(make, 2, policy="all")
+        assert code.count("offload.d2h.default(") >= 2 and not _kernels_reading_host_copies(code)
+        assert_close(got, ref, rtol=2e-2, atol=2e-2)
     monkeypatch.setattr(lowering, "host_strides", lambda node, prefer: list(node.args[0].meta["val"].stride()))
     monkeypatch.setattr(lowering, "host_copies_untouched", lambda nodes: nodes)
-    got, code = _conv_grads(2, policy="all")
+    got, code = _conv_grads(steps=2, policy="all")
     assert _kernels_reading_host_copies(code)
     with pytest.raises(AssertionError):
         assert_close(got, ref, rtol=2e-2, atol=2e-2)
