@@ -95,7 +95,7 @@ def test_whole_step_under_non_default_stream():
     assert_bitwise(ref, got)
 
 
-def _conv_grads(make=lambda: ConvNet(channels=32, size=64), steps=1, **options):
+def _conv_grads(make=None, steps=1, **options):
     """``steps`` steps of an NCHW conv net (``make()``; ConvNet by default) on CUDA, Inductor's layout optimization on (it
     lays the activations out channels-last), each copy stream spun ~1 ms before each copy:
     the last step's loss and gradients as ``_steps`` gives them, and the forward's code.
@@ -103,7 +103,7 @@ def _conv_grads(make=lambda: ConvNet(channels=32, size=64), steps=1, **options):
     copies reuse hold other values)."""
     torch._dynamo.reset()
     torch.manual_seed(0)
-    model = make().cuda()
+    model = (make or (lambda: ConvNet(channels=32, size=64)))().cuda()
     compiled = torch.compile(model, backend=backend(min_offload_bytes=64 << 10, **options))
     streams.set_copy_delay(d2h=2_000_000, h2d=2_000_000)
     try:
