@@ -96,8 +96,9 @@ def test_whole_step_under_non_default_stream():
 
 
 def _conv_grads(make=None, steps=1, **options):
-    """``steps`` steps of an NCHW conv net (``make()``; ConvNet by default) on CUDA, Inductor's layout optimization on (it
-    lays the activations out channels-last), each copy stream spun ~1 ms before each copy:
+    """``steps`` steps of an NCHW conv net (``make()``; ConvNet by default) on CUDA,
+    Inductor's layout optimization on (it lays the activations out channels-last), each
+    copy stream spun ~1 ms before each copy:
     the last step's loss and gradients as ``_steps`` gives them, and the forward's code.
     Every step but the last has an input of its own (so the host blocks the last step's
     copies reuse hold other values)."""
