@@ -12,6 +12,7 @@ trees are turned off.
 
 from __future__ import annotations
 
+import hashlib
 import inspect
 import logging
 import time
@@ -27,6 +28,8 @@ import torch.fx as fx
 # for it (0.6 s on a 2-core CPU, torch 2.13; more on a GPU host, Triton's modules with
 # it; ``benchmarks/RESULTS.md``, session 22).
 from torch._inductor import compile_fx as inductor_compile_fx
+
+from passes.provenance import source_line
 
 from . import lowering
 from .config import SUPPORTED_DEVICE_TYPES, OffloadConfig
@@ -53,6 +56,7 @@ class OffloadBackend:
         """The mode used when ``torch.compile`` passes none."""
         self.plans: list[GraphPlan] = []
         self._measured: weakref.WeakSet[MeasuredGraph] = weakref.WeakSet()
+        self._compiles: dict[str, bool] = {}  # graphs compiled, whether said (:meth:`_note_compiled_again`)
 
     @property
     def settled(self) -> bool:
@@ -92,6 +96,7 @@ class OffloadBackend:
         if config.inner_compiler == "inductor":
             _warm_compile_workers()
         _warn_if_nothing_offloadable(gm, example_inputs, config)
+        self._note_compiled_again(gm, example_inputs)
         check_mode(mode, config)
         patches = _cudagraph_patches(gm, example_inputs, config, patches)
         per_size = sizes.PlanPerSize.for_graph(
@@ -100,6 +105,36 @@ class OffloadBackend:
         if per_size is None:  # static sizes: one plan, as always
             return self._compile(gm, example_inputs, config, None, patches)
         return per_size  # dynamic sizes: a plan per range of sizes (planning/sizes.py)
+
+    def _note_compiled_again(self, gm: fx.GraphModule, example_inputs: Sequence[Any]) -> None:
+        """A WARNING the first time Dynamo recompiles a function into a graph this backend
+        compiled for it before (the same code and input sizes), and at Dynamo's recompile
+        limit. Three decoder layers of a Hugging Face Llama in training, compiled one at a
+        time, were three compiles of one graph (each layer failed a guard on the KV cache
+        its forward builds); with ten layers, layers nine and ten ran uncompiled, nothing in
+        them offloaded (``benchmarks/RESULTS.md``, session 46). A compile after
+        ``torch._dynamo.reset()`` is a first one again."""
+        from torch._guards import CompileContext
+
+        compile_id = CompileContext.current_compile_id()
+        again = getattr(compile_id, "frame_compile_id", None) or 0  # Dynamo's recompiles of this frame
+        sizes_ = tuple((tuple(x.shape), x.dtype) if isinstance(x, torch.Tensor) else type(x).__name__
+                       for x in example_inputs)
+        key = hashlib.sha1(repr((gm.code, sizes_, getattr(compile_id, "frame_id", None))).encode()).hexdigest()
+        seen, said = key in self._compiles, self._compiles.get(key, False)
+        self._compiles[key] = said
+        limit = getattr(torch._dynamo.config, "recompile_limit", None) or torch._dynamo.config.cache_size_limit
+        if not seen or again == 0 or (said and again + 1 != limit):
+            return  # a first compile (the first after a reset too), or said already
+        self._compiles[key] = True
+        where = next((w for w in map(source_line, gm.graph.nodes) if w), f"{len(gm.graph.nodes)} nodes")
+        log.warning(
+            "offload: the graph that starts at %s was compiled %d times: Dynamo compiled its function again "
+            "because a guard failed (TORCH_LOGS=recompiles says which). Each compile costs what the first did, "
+            "and once a function has been compiled torch._dynamo.config.recompile_limit (%d) times its further "
+            "calls run uncompiled, nothing in them offloaded or recomputed. A Hugging Face model in training "
+            "builds a KV cache unless called with use_cache=False, and each layer fails a guard on it",
+            where, again + 1, limit)
 
     def _compile(
         self,
@@ -292,8 +327,6 @@ def _cudagraph_patches(gm: fx.GraphModule, example_inputs: Sequence[Any], config
         return patches
     from torch._inductor import config as inductor_config
     from torch._inductor.utils import any_is_symbolic
-
-    from passes.provenance import source_line
 
     where = next((w for w in map(source_line, gm.graph.nodes) if w), f"{len(gm.graph.nodes)} nodes")
     if not inductor_config.triton.cudagraph_trees:

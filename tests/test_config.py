@@ -1,5 +1,8 @@
 """Options: defaults, validation and clear errors."""
 
+import logging
+import re
+
 import pytest
 import torch
 
@@ -116,3 +119,38 @@ def test_every_option_is_documented_in_the_readme():
 def test_copy_slowdown_of_zero_is_a_valid_override():
     c = OffloadConfig.from_options({"hardware": {"copy_slowdown": 0.0, "d2h_gbps": 20}})
     assert dict(c.hardware) == {"copy_slowdown": 0.0, "d2h_gbps": 20}
+
+
+class _Layer(torch.nn.Module):
+    """A block whose forward reads a Python int Dynamo guards on: one graph, compiled
+    again for each value."""
+
+    def __init__(self, index: int):
+        super().__init__()
+        self.index, self.linear = index, torch.nn.Linear(16, 16)
+
+    def forward(self, x):
+        return torch.relu(self.linear(x)) * (1.0 if self.index >= 0 else 2.0)
+
+
+def test_a_graph_compiled_again_is_said_once_and_at_dynamos_recompile_limit(caplog, monkeypatch):
+    monkeypatch.setattr(torch._dynamo.config, "recompile_limit", 4)
+    torch._dynamo.reset()
+    b = offload_compiler.make_backend(devices=("cpu",), inner_compiler="eager", min_offload_bytes=0)
+    x = torch.randn(4, 16, requires_grad=True)
+    with caplog.at_level(logging.WARNING, logger="offload_compiler"):
+        for index in range(5):
+            layer = _Layer(index)
+            layer.compile(backend=b)
+            layer(x).sum().backward()
+    said = [r.getMessage() for r in caplog.records if "was compiled" in r.getMessage()]
+    assert len(said) == 2 and "compiled 2 times" in said[0] and "compiled 4 times" in said[1]
+    assert "recompile_limit (4)" in said[1] and "use_cache=False" in said[0]
+    assert re.search(r"starts at test_config\.py:\d+ in forward", said[0])
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="offload_compiler"):  # a reset: a first compile again
+        torch._dynamo.reset()
+        layer = _Layer(0)
+        layer.compile(backend=b)
+        layer(x).sum().backward()
+    assert not [r for r in caplog.records if "was compiled" in r.getMessage()]
