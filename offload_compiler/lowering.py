@@ -78,7 +78,7 @@ from typing import Any
 import torch
 
 from passes.nodes import is_transfer
-from passes.provenance import module_path, source_line
+from passes.provenance import value_label
 
 from . import reuse_estimate
 from .gc_scope import fewer_collections
@@ -131,8 +131,8 @@ def _aligned(current, ir, V, token: bool):
 
 def _host_layout(current, ir, V, token: bool):
     def lower_d2h(src, keep_strides, *rest: Any):
-        node, graph = V.graph.current_node, V.graph
-        prefer = getattr(graph, "nodes_prefer_channels_last", None)
+        node = V.graph.current_node
+        prefer = getattr(V.graph, "nodes_prefer_channels_last", None)
         if keep_strides:
             strides = host_strides(node, None if token else prefer)
             if isinstance(src, ir.TensorBox):
@@ -234,8 +234,15 @@ class _PlainTransferPass:
         self.version = _source_hash()
 
     def __call__(self, nodes: list) -> list:
-        return call_directly(issue_early(host_copies_untouched(
-            self.previous(nodes) if self.previous is not None else nodes)))
+        return after_fusion(self.previous, nodes)
+
+
+def after_fusion(previous, nodes: list) -> list:
+    """The backend's post-fusion work on Inductor's scheduler nodes, after ``previous`` (a
+    pass already installed) if any: :func:`host_copies_untouched`, :func:`issue_early`,
+    :func:`call_directly`."""
+    nodes = previous(nodes) if previous is not None else nodes
+    return call_directly(issue_early(host_copies_untouched(nodes)))
 
 
 def host_copies_untouched(nodes: list) -> list:
@@ -269,9 +276,7 @@ def _copied_value(kernel) -> str:
     """The value a ``d2h`` kernel copies, in the user's terms (module, source line)."""
     for origin in getattr(kernel, "origins", ()):
         if origin.target in (ops.D2H, graph_slots.D2H):
-            value = origin.args[0]
-            where = source_line(value)
-            return f"{module_path(value) or value.name}" + (f" at {where}" if where else "")
+            return value_label(origin.args[0])
     return "a saved value"
 
 
@@ -305,8 +310,7 @@ else:
             self.previous = previous
 
         def __call__(self, nodes: list) -> list:
-            return call_directly(issue_early(host_copies_untouched(
-            self.previous(nodes) if self.previous is not None else nodes)))
+            return after_fusion(self.previous, nodes)
 
         def uuid(self) -> Any:
             before = self.previous.uuid() if isinstance(self.previous, CustomSchedulerPass) else None

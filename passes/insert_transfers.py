@@ -35,7 +35,7 @@ import torch.fx as fx
 
 from .nodes import alias_closure, is_dense, transfer_op
 from .placement import copy_point, release_point, wait_point
-from .provenance import module_path, source_line
+from .provenance import value_label
 from .transfer_meta import META_KEY, TransferMeta, transfer_meta, transfer_nodes
 
 #: Overload of the transfer ops that passes a token instead of a host tensor.
@@ -128,12 +128,6 @@ def slot_op(name: str):
     return getattr(transfer_op(name).overloadpacket, SLOT_OVERLOAD)
 
 
-def _label(node: fx.Node) -> str:
-    """The offloaded value in the user's terms, for runtime messages."""
-    where = source_line(node)
-    return f"{module_path(node) or node.name}" + (f" at {where}" if where else "")
-
-
 def use_graph_slots(fw_gm: fx.GraphModule, bw_gm: fx.GraphModule) -> None:
     """Turn the transfers of ``fw_gm`` and ``bw_gm`` (inserted and scheduled) into their
     token form, in place; node names, order and ``meta["offload"]`` stay:
@@ -152,7 +146,7 @@ def use_graph_slots(fw_gm: fx.GraphModule, bw_gm: fx.GraphModule) -> None:
         meta = transfer_meta(node)
         if meta.kind == "d2h":
             x, dense = node.args
-            labels[meta.transfer_id] = _label(x)
+            labels[meta.transfer_id] = value_label(x)
             node.target = slot_op("d2h")
             node.args = (x, dense, meta.transfer_id, labels[meta.transfer_id])
             node.meta["val"] = _fake(node.target, *node.args)

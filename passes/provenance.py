@@ -37,3 +37,10 @@ def source_line(node: fx.Node) -> str:
         return ""
     path, line, func = frames[-1]
     return f"{os.path.basename(path)}:{line} in {func}"
+
+
+def value_label(node: fx.Node) -> str:
+    """``node``'s value in the user's terms, for messages: its module path (its node name
+    without one) and, where recorded, its source line (``"blocks.0.mlp at gpt.py:85 in forward"``)."""
+    where = source_line(node)
+    return f"{module_path(node) or node.name}" + (f" at {where}" if where else "")
