@@ -98,10 +98,9 @@ def test_whole_step_under_non_default_stream():
 def _conv_grads(make=None, steps=1, **options):
     """``steps`` steps of an NCHW conv net (``make()``; ConvNet by default) on CUDA,
     Inductor's layout optimization on (it lays the activations out channels-last), each
-    copy stream spun ~1 ms before each copy:
-    the last step's loss and gradients as ``_steps`` gives them, and the forward's code.
-    Every step but the last has an input of its own (so the host blocks the last step's
-    copies reuse hold other values)."""
+    copy stream spun ~1 ms before each copy: the last step's loss and gradients as
+    ``_steps`` gives them, and the forward's code. Every step but the last has an input
+    of its own (so the host blocks the last step's copies reuse hold other values)."""
     torch._dynamo.reset()
     torch.manual_seed(0)
     model = (make or (lambda: ConvNet(channels=32, size=64)))().cuda()
@@ -113,9 +112,10 @@ def _conv_grads(make=None, steps=1, **options):
                 model.zero_grad(set_to_none=True)
                 torch.manual_seed(steps - 1 - step)
                 x = torch.randn(16, 3, 64, 64, device="cuda")
-                loss, codes = run_and_get_code(lambda: compiled(x).square().mean()) if step == 0 else (
-                    compiled(x).square().mean(), None)
-                code = codes[0] if codes else code
+                if step == 0:
+                    loss, (code, *_) = run_and_get_code(lambda: compiled(x).square().mean())
+                else:
+                    loss = compiled(x).square().mean()
                 loss.backward()
     finally:
         streams.set_copy_delay()
