@@ -27,6 +27,7 @@ from passes import (
     annotate_streams,
     insert_transfers,
     keep_matmuls_early,
+    name_saved_values,
     schedule_prefetches,
     schedule_releases,
 )
@@ -252,10 +253,12 @@ class _PickledPartitioner(CustomPartitionerFn):
 
 
 def _partition(joint_gm: fx.GraphModule, joint_inputs, kwargs) -> tuple[fx.GraphModule, fx.GraphModule]:
-    """Min-cut's partition, with backward's matmuls kept where they are
+    """Min-cut's partition, each saved value named as the placeholder that receives it
+    (``passes.name_saved_values``), with backward's matmuls kept where they are
     (``passes.keep_matmuls_early``)."""
     fw_gm, bw_gm = min_cut_rematerialization_partition(joint_gm, joint_inputs, **kwargs)
     fw_gm, bw_gm = _as_lazy(fw_gm), _as_lazy(bw_gm)
+    name_saved_values(joint_gm, fw_gm, bw_gm, kwargs["num_fwd_outputs"])
     keep_matmuls_early(bw_gm)
     return fw_gm, bw_gm
 

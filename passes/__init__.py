@@ -10,6 +10,7 @@ from .analyze_candidates import Candidate, analyze_candidates, saved_values
 from .annotate_streams import annotate_streams
 from .insert_transfers import Offload, insert_transfers
 from .keep_matmuls_early import keep_matmuls_early
+from .name_saved_values import name_saved_values
 from .schedule_prefetches import schedule_prefetches
 from .schedule_releases import schedule_releases
 from .transfer_meta import META_KEY, TransferMeta, transfer_meta, transfer_nodes
@@ -23,6 +24,7 @@ __all__ = [
     "annotate_streams",
     "insert_transfers",
     "keep_matmuls_early",
+    "name_saved_values",
     "saved_values",
     "schedule_prefetches",
     "schedule_releases",
