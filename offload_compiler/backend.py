@@ -20,6 +20,7 @@ import weakref
 from typing import Any, Callable, Mapping, Sequence
 
 import torch
+import torch._functorch.config as functorch_config
 import torch.fx as fx
 
 # Inductor's compiler, imported with the backend. ``torch.compile`` imports it for its
@@ -185,7 +186,10 @@ class OffloadBackend:
             cache_key=cache.key_for(gm, example_inputs, config, planned_at, corrections, search))
         t0 = time.perf_counter()
         try:
-            with fewer_collections():  # AOTAutograd's trace, planning, the forward's compile
+            # AOTAutograd's cache skips the partitioner: used only where the plan cache can tell
+            # the plan (never with plan_cache=False), else the graph ran with no plan known.
+            reuse = cache.has(partitioner.cache_key) and functorch_config.enable_autograd_cache
+            with fewer_collections(), functorch_config.patch(enable_autograd_cache=reuse):
                 compiled = self._inner_compile(gm, example_inputs, config,
                                                sizes.at_sizes(partitioner, planned_at), patches)
             took = time.perf_counter() - t0

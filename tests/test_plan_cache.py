@@ -250,3 +250,28 @@ def test_inductors_cache_key_holds_the_partitioners_identity_not_its_plans():
         rebuilt(None, [], num_fwd_outputs=1)
     other = OffloadPartitioner(OffloadConfig.from_options({"memory_budget": 0.3}))
     assert pickle.dumps(other) != data
+
+
+@pytest.mark.parametrize("how", ["plan_cache=False", "plan cache cleared"])
+def test_a_graph_inductors_caches_hold_is_planned_again_where_no_plan_is_cached(tmp_path, monkeypatch, how):
+    """With Inductor's and AOTAutograd's caches on, a graph compiled again is planned
+    again (a plan recorded, its partition made) where the plan cache cannot tell the
+    plan: off, or its entry gone. Before, AOTAutograd's cache held the compiled graph,
+    the partitioner was not called, and the graph ran with no plan: nothing reported,
+    measured or planned again."""
+    import shutil
+
+    from offload_compiler.planning import cache
+
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
+    options = {"plan_cache": False} if how == "plan_cache=False" else {}
+    made = []
+    with torch._inductor.config.patch(force_disable_caches=False), \
+            torch._functorch.config.patch(enable_autograd_cache=True):
+        for _ in range(2):
+            torch._dynamo.reset()
+            if not options:
+                shutil.rmtree(cache.cache_dir() / "plans", ignore_errors=True)
+            backend, _ = _train_once(options)
+            made.append([(bool(p.offloaded), bool(p.recomputed)) for p in backend.plans])
+    assert made[0] and made[1] == made[0]
