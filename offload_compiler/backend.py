@@ -184,19 +184,22 @@ class OffloadBackend:
         partitioner = OffloadPartitioner(
             config, on_plan=made, corrections=corrections, graph_slots=slots, search=search,
             cache_key=cache.key_for(gm, example_inputs, config, planned_at, corrections, search))
+
+        def compile_inner():
+            with fewer_collections():  # AOTAutograd's trace, planning, the forward's compile
+                return self._inner_compile(gm, example_inputs, config, sizes.at_sizes(partitioner, planned_at),
+                                           patches)
         t0 = time.perf_counter()
         try:
-            # AOTAutograd's cache skips the partitioner: used only where the plan cache can tell
-            # the plan (never with plan_cache=False), else the graph ran with no plan known.
-            reuse = cache.has(partitioner.cache_key) and functorch_config.enable_autograd_cache
-            with fewer_collections(), functorch_config.patch(enable_autograd_cache=reuse):
-                compiled = self._inner_compile(gm, example_inputs, config,
-                                               sizes.at_sizes(partitioner, planned_at), patches)
+            compiled = compile_inner()
+            # No partition: Inductor's (or AOTAutograd's) cache held the graphs, or no backward
+            # is needed. Its plan goes to ``made`` (and its veto) from the plan cache; where that
+            # cannot tell it (off, or the entry gone), compiled again without AOTAutograd's cache.
+            if not partitioner.called and torch.is_grad_enabled() and partitioner.report_cached() is None \
+                    and any(isinstance(x, torch.Tensor) and x.requires_grad for x in example_inputs):
+                with functorch_config.patch(enable_autograd_cache=False):
+                    compiled = compile_inner()
             took = time.perf_counter() - t0
-            if not partitioner.called and torch.is_grad_enabled():
-                # No partition: Inductor's (or AOTAutograd's) cache held the graphs, or no
-                # backward is needed (then the plan cache has no entry for this key either).
-                partitioner.report_cached()  # its plan goes to ``made`` (and its veto) too
         except Exception:
             if not made.vetoed:
                 raise

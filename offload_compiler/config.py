@@ -137,14 +137,10 @@ class OffloadConfig:
 
     plan_cache: bool = True
     """Keep each plan in the plan cache (``$OFFLOAD_COMPILER_CACHE_DIR/plans``, default
-    ``~/.cache/offload_compiler/plans``) and reuse it when the same graph is compiled again
-    with the same options, hardware profile and code: in another process, or when
-    Inductor's own cache skips our partitioner (the plan record, log line and dump then
-    still appear). ``False`` (or ``OFFLOAD_COMPILER_PLAN_CACHE=0``) plans on every compile:
-    AOTAutograd's own cache, which would skip the partitioner, is not used for the
-    backend's graphs then, nor where the plan cache has no entry for the graph (before,
-    a graph compiled again in a process with a warm cache ran with no plan recorded, not
-    measured and never planned again)."""
+    ``~/.cache/offload_compiler/plans``) and reuse it when the same graph is compiled again with
+    the same options, hardware profile and code: in another process, or when Inductor's own cache
+    skips our partitioner (the plan record, log line and dump then still appear). ``False`` (or
+    ``OFFLOAD_COMPILER_PLAN_CACHE=0``) plans on every compile, past Inductor's own cache."""
 
     memory_limit: str | int | None = None
     """Bound on the *measured step peak* on the device: every byte allocated from the

@@ -173,11 +173,6 @@ def stored() -> list[Path]:
     return sorted(_plans_dir().glob("*.pkl"))
 
 
-def has(key: str | None) -> bool:
-    """Whether an entry is stored under ``key`` (``None``: no plan cache)."""
-    return key is not None and _path(key).is_file()
-
-
 def load(key: str) -> CachedPlan | None:
     """The entry stored under ``key``, or ``None``."""
     path = _path(key)
