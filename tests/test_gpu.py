@@ -95,14 +95,15 @@ def test_whole_step_under_non_default_stream():
     assert_bitwise(ref, got)
 
 
-def _conv_grads(make=None, steps=1, seed=0, **options):
+def _conv_grads(make=None, steps=1, seed=0, delay=2_000_000, **options):
     """``steps`` steps of an NCHW conv net (``make()``; ConvNet by default) on CUDA,
     Inductor's layout optimization on (it lays the activations out channels-last), each
-    copy stream spun ~1 ms before each copy: the last step's loss and gradients as
-    ``_steps`` gives them, and the forward's code. The last step's input is drawn from
-    ``seed``, every other step's from a seed of its own. Each host block is filled with
-    NaN bytes as a copy takes it (after a device synchronize: no earlier copy still
-    reads it): a read of a host copy before its copy ends reads NaN."""
+    copy stream spun ``delay`` cycles (the default ~1 ms) before each copy: the last
+    step's loss and gradients as ``_steps`` gives them, and the forward's code. The last
+    step's input is drawn from ``seed``, every other step's from a seed of its own. Each
+    host block is filled with NaN bytes as a copy takes it (after a device synchronize:
+    no earlier copy still reads it): a read of a host copy before its copy ends reads
+    NaN."""
     from offload_compiler.runtime.pool import HostPool
 
     def poisoned(pool, like, **kwargs):
@@ -116,7 +117,7 @@ def _conv_grads(make=None, steps=1, seed=0, **options):
     torch.manual_seed(0)
     model = (make or (lambda: ConvNet(channels=32, size=64)))().cuda()
     compiled = torch.compile(model, backend=backend(min_offload_bytes=64 << 10, **options))
-    streams.set_copy_delay(d2h=2_000_000, h2d=2_000_000)
+    streams.set_copy_delay(d2h=delay, h2d=delay)
     acquire, HostPool.acquire = HostPool.acquire, poisoned
     try:
         with torch._inductor.config.patch(force_disable_caches=True, force_layout_optimization=True):
@@ -158,14 +159,15 @@ def test_a_kernel_reading_a_host_copy_reads_it_before_its_copy_ends(monkeypatch)
     delayed copy has filled it: it reads the NaN the block was filled with, and the
     gradients are wrong. On an H100 (session 47), without the NaN fill, this run got the
     gradients right twice (from values earlier runs, then its own first step, had left
-    in the blocks, or because the kernel ran after the copy: not told apart there)."""
+    in the blocks, or because the host reached the kernel after the copy's ~1 ms delay:
+    not told apart there), so the copies here are delayed ~100 ms each."""
     from offload_compiler import lowering
     from test_graph import _kernels_reading_host_copies
 
     monkeypatch.setattr(lowering, "host_strides", lambda node, prefer: list(node.args[0].meta["val"].stride()))
     monkeypatch.setattr(lowering, "host_copies_untouched", lambda nodes: nodes)
     ref, _ = _conv_grads(policy="none", seed=7)
-    got, code = _conv_grads(steps=2, seed=7, policy="all")
+    got, code = _conv_grads(steps=2, seed=7, delay=200_000_000, policy="all")
     print("\n".join(_kernels_reading_host_copies(code)))
     assert _kernels_reading_host_copies(code)
     with pytest.raises(AssertionError):
