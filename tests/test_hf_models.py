@@ -4,7 +4,9 @@ experts (Mixtral), ALiBi with dropout (Bloom), rotary embeddings with a parallel
 and dropout (GPT-NeoX), an image model Dynamo splits in two graphs (ViT, dropout), an
 encoder given a padding mask and token types (BERT, dropout), shifted-window attention
 (Swin), and a selective scan whose saved slices Inductor lays out otherwise than the graph
-(Mamba: the copy of one such slice refused it, session 46).
+(Mamba: the copy of one such slice refused it, session 46), and GPT-2 under its own
+activation checkpointing with dropout (its saved generator states paired one place off
+with backward's inputs crashed backward, session 47).
 The rewrite offloads and recomputes on each; with the eager inner compiler the losses and
 gradients over two SGD steps are bitwise those of the same compile with nothing moved,
 dropout included (its randomness replayed where recomputed); with Inductor, within
@@ -78,8 +80,15 @@ def _mamba():
     return transformers.MambaForCausalLM(cfg)
 
 
+def _gpt2_checkpointed():
+    cfg = transformers.GPT2Config(vocab_size=VOCAB, n_embd=64, n_layer=2, n_head=4, n_positions=64)
+    model = transformers.GPT2LMHeadModel(cfg)
+    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    return model
+
+
 MODELS = {"t5": _t5, "mixtral": _mixtral, "bloom": _bloom, "gpt_neox": _gpt_neox, "vit": _vit, "bert": _bert,
-          "swin": _swin, "mamba": _mamba}
+          "swin": _swin, "mamba": _mamba, "gpt2_checkpointed": _gpt2_checkpointed}
 
 
 def _inputs(name: str, step: int) -> dict[str, torch.Tensor]:
