@@ -30,7 +30,7 @@ import torch.fx as fx
 # it; ``benchmarks/RESULTS.md``, session 22).
 from torch._inductor import compile_fx as inductor_compile_fx
 
-from passes.provenance import source_line
+from passes.provenance import graph_start
 
 from . import lowering
 from .config import SUPPORTED_DEVICE_TYPES, OffloadConfig
@@ -128,14 +128,13 @@ class OffloadBackend:
         if not seen or again == 0 or (said and again + 1 != limit):
             return  # a first compile (the first after a reset too), or said already
         self._compiles[key] = True
-        where = next((w for w in map(source_line, gm.graph.nodes) if w), f"{len(gm.graph.nodes)} nodes")
         log.warning(
             "offload: the graph that starts at %s was compiled %d times: Dynamo compiled its function again "
             "because a guard failed (TORCH_LOGS=recompiles says which). Each compile costs what the first did, "
             "and once a function has been compiled torch._dynamo.config.recompile_limit (%d) times its further "
             "calls run uncompiled, nothing in them offloaded or recomputed. A Hugging Face model in training "
             "builds a KV cache unless called with use_cache=False, and each layer fails a guard on it",
-            where, again + 1, limit)
+            graph_start(gm), again + 1, limit)
 
     def _compile(
         self,
@@ -192,13 +191,14 @@ class OffloadBackend:
         t0 = time.perf_counter()
         try:
             compiled = compile_inner()
-            # No partition: Inductor's (or AOTAutograd's) cache held the graphs, or no backward
-            # is needed. Its plan goes to ``made`` (and its veto) from the plan cache; where that
-            # cannot tell it (off, or the entry gone), compiled again without AOTAutograd's cache.
-            if not partitioner.called and torch.is_grad_enabled() and partitioner.report_cached() is None \
-                    and any(isinstance(x, torch.Tensor) and x.requires_grad for x in example_inputs):
-                with functorch_config.patch(enable_autograd_cache=False):
-                    compiled = compile_inner()
+            # No partition: Inductor's (or AOTAutograd's) cache held the graphs, or no backward is needed.
+            # The plan goes to ``made`` (and its veto) from the plan cache; where that cannot tell it
+            # (off, or the entry gone), the graph is compiled again without AOTAutograd's cache.
+            if not partitioner.called and torch.is_grad_enabled():
+                known = partitioner.report_cached() is not None
+                if not known and any(isinstance(x, torch.Tensor) and x.requires_grad for x in example_inputs):
+                    with functorch_config.patch(enable_autograd_cache=False):
+                        compiled = compile_inner()
             took = time.perf_counter() - t0
         except Exception:
             if not made.vetoed:
@@ -335,7 +335,7 @@ def _cudagraph_patches(gm: fx.GraphModule, example_inputs: Sequence[Any], config
     from torch._inductor import config as inductor_config
     from torch._inductor.utils import any_is_symbolic
 
-    where = next((w for w in map(source_line, gm.graph.nodes) if w), f"{len(gm.graph.nodes)} nodes")
+    where = graph_start(gm)
     if not inductor_config.triton.cudagraph_trees:
         log.warning("offload: the graph from %s runs without CUDA graphs: offloading under CUDA graphs "
                     "needs Inductor's CUDA graph trees (torch._inductor.config.triton.cudagraph_trees)",

@@ -44,23 +44,22 @@ def name_saved_values(joint_gm: fx.GraphModule, fw_gm: fx.GraphModule, bw_gm: fx
     def symbolic(n: fx.Node) -> bool:
         return isinstance(n.meta.get("val"), _SYMBOLIC)
 
-    fw_syms, bw_syms = [a for a in saved if symbolic(a)], [p for p in received if symbolic(p)]
-    fw_rest, bw_rest = [a for a in saved if not symbolic(a)], [p for p in received if not symbolic(p)]
-    if len(fw_syms) != len(bw_syms) or len(fw_rest) != len(bw_rest) or \
-            received != bw_syms + bw_rest or saved != fw_rest + fw_syms:
+    in_order = sorted(saved, key=lambda a: not symbolic(a))  # backward's order: the symbols first
+    if len(in_order) != len(received) or [symbolic(a) for a in in_order] != [symbolic(p) for p in received]:
         return 0
-    fixed = {n.name for g in (joint_gm, fw_gm) for n in g.graph.nodes}
-    taken = fixed | {n.name for n in bw_gm.graph.nodes}
+    joint_or_fw = {n.name for g in (joint_gm, fw_gm) for n in g.graph.nodes}
+    bw_names = {n.name for n in bw_gm.graph.nodes}
     renamed = 0
-    for value, placeholder in zip(fw_rest + fw_syms, bw_rest + bw_syms):
+    for value, placeholder in zip(in_order, received):
         if value.name == placeholder.name:
             continue
+        # The placeholder's name where neither the joint graph nor the forward uses it, else a new one.
         name, k = placeholder.name, 0
-        while name in fixed or (name in taken and name != placeholder.name):
+        while name in joint_or_fw or (name != placeholder.name and name in bw_names):
             k += 1
             name = f"{placeholder.name}_saved_{k}"
-        fixed.add(name)
-        taken.add(name)
+        joint_or_fw.add(name)
+        bw_names.add(name)
         value._rename(name)
         placeholder._rename(name)
         placeholder.target = name
@@ -71,4 +70,3 @@ def name_saved_values(joint_gm: fx.GraphModule, fw_gm: fx.GraphModule, bw_gm: fx
         fw_gm.recompile()
         bw_gm.recompile()
     return renamed
-

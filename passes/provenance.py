@@ -44,3 +44,9 @@ def value_label(node: fx.Node) -> str:
     without one) and, where recorded, its source line (``"blocks.0.mlp at gpt.py:85 in forward"``)."""
     where = source_line(node)
     return f"{module_path(node) or node.name}" + (f" at {where}" if where else "")
+
+
+def graph_start(gm: fx.GraphModule) -> str:
+    """Where ``gm`` starts in the user's program: its first node's source line (its node
+    count where none was recorded), for messages."""
+    return next((w for w in map(source_line, gm.graph.nodes) if w), f"{len(gm.graph.nodes)} nodes")
