@@ -51,21 +51,26 @@ The generated code calls each transfer op's Python kernel without the dispatcher
 each op's host time, four ops per offloaded tensor per step (``benchmarks/RESULTS.md``,
 session 39).
 
-A graph with transfer ops is also compiled without Inductor's buffer pool
+A backward with transfer ops is also compiled without Inductor's buffer pool
 (``allow_buffer_reuse``): Inductor keeps a dead buffer for a later one of its size
-wherever its own estimate of the graph's peak allows, and in such a graph that estimate
+wherever its own estimate of the graph's peak allows, and in a backward that estimate
 is wrong twice. It sizes Inductor's buffers only in the peak-memory reordering (off for
 these graphs), so only the graph's inputs count; and it counts the offloaded tensors'
 host copies, inputs of backward, as device memory. Its peak is then at backward's start,
 and the pool held dead buffers across the real peak of a plan that offloads (on HF
 Llama, six dead 176 MiB buffers through a layer's attention backward;
-``planning/step_peak.py``). Session 39 tried keeping the pool with an estimate that sizes
-every buffer and leaves out host memory: HF Llama's step peak at budget 0.125 was 2.87
-GiB (predicted 2.95) against 2.20 without the pool (``benchmarks/RESULTS.md``, session
-39). The CUDA caching allocator takes each freed buffer back for the next one of its
-size; the host pays for it: ResNet-50 with nothing moved, compiled so in one process
-beside Inductor's own compile, made 624 allocations per forward against 327 and took
-the host about 1 to 2 ms more of a 27 ms step (session 40).
+``planning/step_peak.py``). Session 39 tried keeping the pool in both graphs with an
+estimate that sizes every buffer and leaves out host memory: HF Llama's step peak at
+budget 0.125 was 2.87 GiB (predicted 2.95) against 2.20 without the pool
+(``benchmarks/RESULTS.md``, session 39). The CUDA caching allocator takes each freed
+buffer back for the next one of its size; the host pays for it: ResNet-50 with nothing
+moved, compiled so in one process beside Inductor's own compile, made 624 allocations
+per forward against 327 and took the host about 1 to 2 ms more of a 27 ms step
+(session 40), and a plan that offloaded 26 tensors made 616 and 570 a forward and a
+backward against 327 and 376 (session 47). A forward with transfer ops keeps the pool:
+its estimate counts the graph's outputs and leaves out the host copies
+(``reuse_estimate.py``), so it sizes what the forward holds on the device, as the
+planner's step-peak replay does.
 """
 
 from __future__ import annotations
@@ -188,16 +193,17 @@ def compile_inner(gm, example_inputs, **kwargs: Any):
     """Inductor's ``compile_fx_inner`` for one graph of the backend's (forward or
     backward, compiled inside ``compile_fx``): a graph with transfer ops is compiled
     without Inductor's peak-memory reordering, so its copies are issued where the plan
-    put them, and without its buffer pool (see the module docstring); any other graph
-    as Inductor would, its buffer pool weighed against an estimate of the graph's peak
-    that counts its outputs (``reuse_estimate.py``)."""
+    put them, and a backward with them without its buffer pool (see the module
+    docstring); any other graph as Inductor would. Each buffer pool is weighed against an
+    estimate of the graph's peak that counts its outputs and not its host copies
+    (``reuse_estimate.py``)."""
     from torch._inductor import config
     from torch._inductor.compile_fx import compile_fx_inner
 
     patches: dict[str, Any] = {}
     if any(is_transfer(n) for n in gm.graph.nodes):
         patches["reorder_for_peak_memory"] = False
-        patches["allow_buffer_reuse"] = False
+        patches["allow_buffer_reuse"] = not kwargs.get("is_backward", False)
         if hasattr(config, "_post_fusion_custom_pass"):
             patches["_post_fusion_custom_pass"] = _transfer_pass(config._post_fusion_custom_pass)
     reuse_estimate.install()

@@ -20,7 +20,12 @@ did not move: 3.9 GiB either way).
 :func:`install` has each estimate made while the backend compiles one of its graphs
 (inside :func:`counting`, which ``lowering.compile_inner`` enters) count the outputs as
 live to the end, as torch 2.13 does; an estimate made for any other compile in the
-process is left as Inductor made it. On torch 2.13 the two agree, and nothing changes.
+process is left as Inductor made it. On torch 2.13 the two agree but for host memory:
+in a graph on a GPU, the estimate also leaves out what the graph holds on the host. A
+forward that offloads (``lowering.compile_inner`` keeps its pool) returns each host copy
+as an output, which Inductor's estimate counts as device memory from its ``d2h`` to the
+end, beside the device tensor it copies; the planner's step-peak replay counts only the
+device's bytes, and the two then weigh each reuse alike.
 Where this torch lacks the pieces (``compute_memory_timeline``, ``get_freeable_input_buf``)
 or they fail on a graph, Inductor's own estimate stays (a debug log says so).
 """
@@ -72,7 +77,8 @@ def install() -> bool:
         log.debug("offload: buffer reuse estimate left as Inductor's (%s)", err)
         return False
     cls = getattr(wrapper, "EfficientPeakEstimate", None)
-    if cls is None or not all(hasattr(memory, n) for n in ("compute_memory_timeline", "get_freeable_input_buf")):
+    needed = ("compute_memory_timeline", "get_freeable_input_buf", "assign_memory_planning_info_for_scheduler_buffers")
+    if cls is None or not all(hasattr(memory, n) for n in needed):
         log.debug("offload: buffer reuse estimate left as Inductor's (this torch has no EfficientPeakEstimate "
                   "or no compute_memory_timeline)")
         return False
@@ -91,17 +97,38 @@ def install() -> bool:
 
 
 def _count_outputs(estimate: Any, memory: Any) -> None:
+    from torch._inductor import config
     from torch._inductor.virtualized import V
     from torch.utils._ordered_set import OrderedSet
 
     try:
         nodes = V.graph.scheduler.nodes
+        if not config.reorder_for_peak_memory:  # only that pass sizes the buffers
+            memory.assign_memory_planning_info_for_scheduler_buffers(nodes, V.graph.scheduler.name_to_buf)
         freeable = memory.get_freeable_input_buf(nodes, OrderedSet(V.graph.graph_inputs.keys()))
         buffers = memory.compute_memory_timeline(nodes, freeable, OrderedSet(V.graph.get_output_names()))[0]
-        curve = curve_with_outputs(buffers, len(nodes))
+        curve = curve_with_outputs(on_device(buffers, V.graph), len(nodes))
         tree = type(estimate.segmented_tree)(curve, operator.add, max, 0)
     except Exception as err:  # an Inductor whose pieces differ: its own estimate stays
         log.debug("offload: buffer reuse estimate left as Inductor's for this graph (%s: %s)",
                   type(err).__name__, err)
         return
     estimate.overall_peak_memory, estimate.segmented_tree = max(0, max(curve)), tree
+
+
+def on_device(buffers: Sequence[Any], graph: Any) -> list:
+    """``buffers`` (``BufferInfo``) less those on the host, where ``graph`` (Inductor's
+    ``GraphLowering``) runs on a device besides the host: a host copy holds no device
+    memory (module docstring)."""
+    if all(t == "cpu" for t in graph.device_types):
+        return list(buffers)
+    return [b for b in buffers if _device_type(b.buffer, graph) != "cpu"]
+
+
+def _device_type(buffer: Any, graph: Any) -> str:
+    """Where ``buffer`` (a ``SchedulerBuffer``, or a graph input's ``FreeableInputBuffer``) lives."""
+    node = getattr(buffer, "node", None)
+    if node is None:
+        node = graph.graph_inputs.get(buffer.get_name())
+    device = node.get_device() if node is not None else None
+    return device.type if device is not None else ""

@@ -101,3 +101,24 @@ class SlicedConv(nn.Module):
     def forward(self, x):
         s = self.c1(x)[:, ::2]
         return self.c2(torch.sin(s) * s)
+
+
+class Bottlenecks(nn.Module):
+    """Residual blocks of 1x1, 3x3 and 1x1 convolutions with batch norms, as ResNet's:
+    many small buffers of a few sizes (the norms' statistics), which Inductor's buffer
+    pool hands from one block to the next."""
+
+    def __init__(self, channels: int = 32, blocks: int = 4, size: int = 16):
+        super().__init__()
+        self.stem = nn.Conv2d(3, channels, 3, padding=1)
+        self.blocks = nn.ModuleList(nn.Sequential(
+            nn.Conv2d(channels, channels, 1), nn.BatchNorm2d(channels), nn.ReLU(),
+            nn.Conv2d(channels, channels, 3, padding=1), nn.BatchNorm2d(channels), nn.ReLU(),
+            nn.Conv2d(channels, channels, 1), nn.BatchNorm2d(channels)) for _ in range(blocks))
+        self.head = nn.Linear(channels * size * size, 10)
+
+    def forward(self, x):
+        x = self.stem(x)
+        for block in self.blocks:
+            x = torch.relu(block(x) + x)
+        return self.head(x.flatten(1))

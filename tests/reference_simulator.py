@@ -216,8 +216,8 @@ def simulate_reference(fw_ms: list[float], bw_ms: list[float], tensors: list[Sim
             curve.append((time_ms, held))
     step_peak, step_peak_t, holders = (0, 0.0, [])
     if transients is not None:
-        # A plan that offloads is compiled without Inductor's buffer pool.
-        step_peak, step_peak_t = step_peak_of(mem_deltas, transients, op_span, n_fw, not offloaded,
+        # A plan that offloads compiles its backward without Inductor's buffer pool.
+        step_peak, step_peak_t = step_peak_of(mem_deltas, transients, op_span, n_fw, (True, not offloaded),
                                               holders if record else None)
     call_peak = peak
     spill = max(0.0, d2h_free - fw_end)

@@ -325,6 +325,17 @@ def test_no_reuse_across_forward_and_backward_or_between_keys_or_flags():
     assert held_for_reuse(output, [0] * 4, n_fw=4) == [0, 2, 3]
 
 
+def test_a_graph_without_inductors_pool_holds_no_dead_buffer_while_the_other_graph_does():
+    # A plan that offloads keeps the pool in forward only (``lowering.compile_inner``).
+    # P dies after op 0 and Q (its key) is made at op 2, in forward (ops 0-2) and again
+    # in backward (ops 3-5); R (8 MB, beside Q) sets each graph's estimated peak.
+    fw = [_pool(MB, 0, 0), _pool(MB, 2, 2), Transient(8 * MB, 2, 2)]
+    bw = [_pool(MB, 3, 3), _pool(MB, 5, 5), Transient(8 * MB, 5, 5)]
+    assert held_for_reuse(fw + bw, [0] * 6, n_fw=3) == [1, 2, 2, 4, 5, 5]
+    assert held_for_reuse(fw + bw, [0] * 6, n_fw=3, pools=(True, False)) == [1, 2, 2, 3, 5, 5]
+    assert held_for_reuse(fw + bw, [0] * 6, n_fw=3, pools=(False, True)) == [0, 2, 2, 4, 5, 5]
+
+
 def test_a_kernels_workspace_is_outside_inductors_estimate_so_it_does_not_stop_a_reuse():
     # P dies after op 0, Q (same key) is allocated at op 3; the graph's estimated peak is
     # R's 6 MB at op 4. Op 1 also holds a 4 MB workspace, allocated inside its kernel:

@@ -256,8 +256,8 @@ def _gather_facts(fw_gm: fx.GraphModule, bw_gm: fx.GraphModule, candidates: list
 
 
 def _pooled(config: OffloadConfig) -> bool:
-    """The graphs run with Inductor's buffer pool where Inductor compiles them (and
-    nothing is offloaded: ``simulator.simulate``)."""
+    """The graphs run with Inductor's buffer pool where Inductor compiles them (but a
+    backward with transfer ops: ``simulator.simulate``)."""
     return config.inner_compiler == "inductor"
 
 

@@ -27,18 +27,20 @@ compiles (``reuse_estimate.py``: torch 2.11's cancels them, and refused nearly e
 reuse in a training forward). (:class:`Transient`
 carries the key and whether a buffer enters or leaves the pool.)
 
-A plan that offloads compiles its graphs without that pool (``lowering.compile_inner``:
-Inductor's ``allow_buffer_reuse`` off), and its step peak frees every buffer where it
-dies. Inductor's estimate sizes only the graph's inputs there (its buffers are sized by
-the peak-memory reordering, off for these graphs), on any device, so it counts the host
-copies of offloaded tensors as device memory (from their copy to the end of
-forward, from the start of backward to their reload) and puts backward's peak at its
-start; against that estimate, holding a dead buffer later in backward looks free, and
-the pool held dead buffers across the real peak: on HF Llama (8 layers, batch 4 of
-4096) at an activation budget of 0.125, six 176 MiB MLP buffers through a layer's
-attention backward, a step peak of 2.87 GiB measured (2.93 predicted) against 2.41
-predicted without the pool (``benchmarks/RESULTS.md``, session 36; measured 2.20 GiB
-without it in session 37). With the pool off the CUDA caching allocator takes each freed
+A plan that offloads compiles its backward without that pool (``lowering.compile_inner``:
+Inductor's ``allow_buffer_reuse`` off), and its step peak frees every buffer of backward
+where it dies. Inductor's estimate sizes only the graph's inputs there (its buffers are
+sized by the peak-memory reordering, off for these graphs), on any device, so it counts
+the host copies of offloaded tensors as device memory (from the start of backward to
+their reload) and puts backward's peak at its start; against that estimate, holding a
+dead buffer later in backward looks free, and the pool held dead buffers across the
+real peak: on HF Llama (8 layers, batch 4 of 4096) at an activation budget of 0.125, six
+176 MiB MLP buffers through a layer's attention backward, a step peak of 2.87 GiB
+measured (2.93 predicted) against 2.41 predicted without the pool
+(``benchmarks/RESULTS.md``, session 36; measured 2.20 GiB without it in session 37). Its
+forward keeps the pool, weighed against an estimate that leaves the host copies out, as
+the replay does (``reuse_estimate.py``; ``pool``: whether forward and backward pool).
+With the pool off the CUDA caching allocator takes each freed
 buffer back for the next one of its size. Graphs the eager inner compiler runs have no
 pool either (``facts.gather(pool=False)``: no transient carries a key).
 """
@@ -93,14 +95,15 @@ _TIME, _DELTA = operator.itemgetter(0), operator.itemgetter(1)
 
 def levels_of(changes: list[tuple[float, int]], outs: list[int], bw_order: int, fw_end: float, *,
               in_order: bool, record: bool, op_span: list[tuple[float, float]] | None,
-              transients: list | None, pool: bool, n_fw: int,
+              transients: list | None, pool: bool | tuple[bool, bool], n_fw: int,
               holders: list | None = None) -> tuple[int, float, int, int, list, int, float]:
     """The simulator's memory figures from its memory ``changes`` (``(time_ms, bytes)``
     in the order made; ``outs``: which are backward outputs; from ``bw_order`` on,
     backward's): ``(peak, peak_time, end_of_forward, between, curve, step_peak,
     step_peak_time)``. ``between`` is what is held after forward's last change; the
-    step peak (with ``op_span`` and ``transients``) replays Inductor's buffer pool with
-    ``pool`` (the graphs are compiled with it: nothing offloaded, module docstring).
+    step peak (with ``op_span`` and ``transients``) replays Inductor's buffer pool where
+    ``pool`` says the graphs are compiled with it (both, or forward's and backward's apart:
+    module docstring).
     ``holders``: a list to fill with what is live at the step peak (:func:`step_peak_of`)."""
     times, deltas = list(map(_TIME, changes)), list(map(_DELTA, changes))
     order = None if in_order else sorted(range(len(changes)), key=times.__getitem__)  # stable
@@ -128,27 +131,29 @@ def levels_of(changes: list[tuple[float, int]], outs: list[int], bw_order: int, 
     return peak, peak_t, end_fw, between, curve, step_peak, step_peak_t
 
 
-def step_peak_of(mem_deltas, transients, op_span, n_fw, pool: bool = True,
+def step_peak_of(mem_deltas, transients, op_span, n_fw, pool: bool | tuple[bool, bool] = True,
                  holders: list | None = None, *, estimated_besides: list[int] | None = None) -> tuple[int, float]:
     """Peak and its time of the activation deltas (without the backward outputs while
-    their op runs: ``transients`` hold those longer) plus ``transients``: with ``pool``
-    (the graphs compiled with Inductor's buffer pool), each held until the buffer that
-    reuses it is allocated (:func:`held_for_reuse`; ``estimated_besides``: bytes per op
-    that Inductor's estimate counts besides the activations, none by default); without
-    it, each held to its last read. ``holders`` (the final plan's simulation only: it
-    costs a second pass): filled with the activation bytes held at the peak, then a
-    :class:`Holder` per transient live there, largest first."""
+    their op runs: ``transients`` hold those longer) plus ``transients``: in a graph
+    ``pool`` says is compiled with Inductor's buffer pool (both, or ``(forward,
+    backward)``), each held until the buffer that reuses it is allocated
+    (:func:`held_for_reuse`; ``estimated_besides``: bytes per op that Inductor's estimate
+    counts besides the activations, none by default); elsewhere each held to its last
+    read. ``holders`` (the final plan's simulation only: it costs a second pass): filled
+    with the activation bytes held at the peak, then a :class:`Holder` per transient live
+    there, largest first."""
     last = len(op_span) - 1
     spans = [Transient(*t) for t in transients if t[0] > 0 and 0 <= t[1] <= last]
     spans = [t._replace(last=min(max(t.last, t.first), last)) for t in spans]
     deltas = sorted((time_ms, delta) for time_ms, _, delta in mem_deltas)
-    if not pool:
+    pools = (pool, pool) if isinstance(pool, bool) else tuple(pool)
+    if not any(pools):
         extended = [t.last for t in spans]
     else:
         base = _held_per_op(deltas, op_span)
         if estimated_besides is not None:
             base = [a + b for a, b in zip(base, estimated_besides)]
-        extended = held_for_reuse(spans, base, n_fw)
+        extended = held_for_reuse(spans, base, n_fw, pools)
     for t, until in zip(spans, extended):
         deltas.append((op_span[t.first][0], t.nbytes))
         deltas.append((op_span[until][1], -t.nbytes))
@@ -202,11 +207,13 @@ def _held_per_op(deltas: list[tuple[float, int]], op_span) -> list[int]:
     return out
 
 
-def held_for_reuse(spans: list[Transient], base: list[int], n_fw: int) -> list[int]:
+def held_for_reuse(spans: list[Transient], base: list[int], n_fw: int,
+                   pools: tuple[bool, bool] = (True, True)) -> list[int]:
     """The op until which each of ``spans`` holds its memory, replaying Inductor's
-    reuse pool (module docstring) over forward (ops ``< n_fw``) and backward apart:
-    ``last``, or the op before the one whose buffer takes it over. ``base``: the
-    bytes per op Inductor's estimate counts besides ``spans`` (the activations)."""
+    reuse pool (module docstring) over forward (ops ``< n_fw``) and backward apart, in
+    those ``pools`` says have one: ``last``, or the op before the one whose buffer takes
+    it over. ``base``: the bytes per op Inductor's estimate counts besides ``spans`` (the
+    activations)."""
     n = len(base)
     est = list(base)
     for t in spans:
@@ -222,8 +229,8 @@ def held_for_reuse(spans: list[Transient], base: list[int], n_fw: int) -> list[i
             allocs.setdefault(t.first, []).append(i)
         if t.key and t.pooled:
             frees.setdefault(t.last, []).append(i)
-    for lo, hi in ((0, min(n_fw, n)), (min(n_fw, n), n)):
-        if lo >= hi:
+    for (lo, hi), pooled in zip(((0, min(n_fw, n)), (min(n_fw, n), n)), pools):
+        if lo >= hi or not pooled:
             continue
         peak = max(est[lo:hi])
         pool: dict[str, list[int]] = {}
