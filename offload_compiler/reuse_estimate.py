@@ -26,8 +26,16 @@ forward that offloads (``lowering.compile_inner`` keeps its pool) returns each h
 as an output, which Inductor's estimate counts as device memory from its ``d2h`` to the
 end, beside the device tensor it copies; the planner's step-peak replay counts only the
 device's bytes, and the two then weigh each reuse alike.
-Where this torch lacks the pieces (``compute_memory_timeline``, ``get_freeable_input_buf``)
-or they fail on a graph, Inductor's own estimate stays (a debug log says so).
+
+Inductor sizes its buffers for the estimate only in its peak-memory reordering
+(``memory.assign_memory_planning_info_for_scheduler_buffers``), which a graph with transfer
+ops is compiled without (``lowering.compile_inner``); there every buffer weighed 0 bytes,
+the estimated peak was the graph's inputs, and nearly every reuse was refused (on an H100,
+ResNet-50's forward offloading 25 tensors made 614 device allocations against 327 with
+nothing moved; ``benchmarks/RESULTS.md``, session 48). The estimate sizes them itself there.
+Where this torch lacks the pieces (``compute_memory_timeline``, ``get_freeable_input_buf``,
+``assign_memory_planning_info_for_scheduler_buffers``) or they fail on a graph, Inductor's
+own estimate stays (a debug log says so).
 """
 
 from __future__ import annotations
