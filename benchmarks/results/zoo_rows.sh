@@ -55,7 +55,8 @@ interleaved_rows() {
 }
 
 # gpu_suite LIMIT: the GPU-marked tests on six workers into $OUT/gpu_suite.log, its exit status
-# in $OUT/gpu.txt, and its failures and summary printed.
+# in $OUT/gpu.txt, and its failures and summary printed. Give it 300 s or more: since session 47's
+# host-copy tests (copies delayed ~100 ms each) the suite did not end within 200 s (session 48).
 gpu_suite() {
   timeout "$1" python -m pytest -q -m gpu -n 6 --dist load -rfEx -p no:cacheprovider --durations=5 tests \
     > "$OUT/gpu_suite.log" 2>&1
