@@ -38,11 +38,11 @@ real peak: on HF Llama (8 layers, batch 4 of 4096) at an activation budget of 0.
 176 MiB MLP buffers through a layer's attention backward, a step peak of 2.87 GiB
 measured (2.93 predicted) against 2.41 predicted without the pool
 (``benchmarks/RESULTS.md``, session 36; measured 2.20 GiB without it in session 37). Its
-forward keeps the pool, weighed against an estimate that leaves the host copies out, as
-the replay does (``reuse_estimate.py``; ``pool``: whether forward and backward pool).
-With the pool off the CUDA caching allocator takes each freed
-buffer back for the next one of its size. Graphs the eager inner compiler runs have no
-pool either (``facts.gather(pool=False)``: no transient carries a key).
+forward keeps the pool, weighed against an estimate that sizes its buffers and leaves the
+host copies out, as the replay does (``reuse_estimate.py``; ``pool``: whether forward and
+backward pool). With the pool off the CUDA caching allocator takes each freed buffer back
+for the next one of its size. Graphs the eager inner compiler runs have no pool either
+(``facts.gather(pool=False)``: no transient carries a key).
 """
 
 from __future__ import annotations
