@@ -5,6 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn as nn
+
+import offload_compiler
 from torch.utils.checkpoint import checkpoint
 
 
@@ -128,3 +130,74 @@ def test_each_saved_value_is_named_as_the_placeholder_that_receives_it():
     received = [p.name for p in seen["bw"].graph.find_nodes(op="placeholder") if not p.name.startswith("tangents")]
     assert seen["renamed"] == 2 and sum(name.startswith("rng_state_output") for name in seen["before"]) == 2
     assert sorted(saved) == sorted(received) and len(set(saved)) == len(saved)
+
+
+class _AmpBottlenecks(nn.Module):
+    """A vision backbone as torchvision writes one, under bfloat16 autocast on a
+    channels-last input: bottlenecks with in-place ReLU and ``out += x``; with
+    ``frozen``, a stem whose parameters do not train and batch norms held in eval mode
+    through ``train()`` (fine-tuning a detector's backbone)."""
+
+    def __init__(self, frozen: bool, c: int = 16) -> None:
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(3, c, 3, padding=1, bias=False), nn.BatchNorm2d(c), nn.ReLU(inplace=True))
+        self.convs = nn.ModuleList(nn.ModuleList([nn.Conv2d(c, c // 2, 1, bias=False), nn.BatchNorm2d(c // 2),
+                                                  nn.Conv2d(c // 2, c, 3, padding=1, bias=False), nn.BatchNorm2d(c)])
+                                   for _ in range(2))
+        self.relu, self.head, self.frozen = nn.ReLU(inplace=True), nn.Linear(c, 10), frozen
+        for p in self.stem.parameters() if frozen else ():
+            p.requires_grad_(False)
+
+    def train(self, mode: bool = True):
+        super().train(mode)
+        for m in self.modules() if self.frozen else ():
+            if isinstance(m, nn.BatchNorm2d):
+                m.eval()
+        return self
+
+    def forward(self, x, labels):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            x = self.stem(x)
+            for conv1, bn1, conv2, bn2 in self.convs:
+                out = self.relu(bn1(conv1(x)))
+                out = bn2(conv2(out))
+                out += x
+                x = self.relu(out)
+            logits = self.head(x.mean((2, 3)))
+        return nn.functional.cross_entropy(logits.float(), labels)
+
+
+@pytest.mark.parametrize("frozen", [False, True])
+@pytest.mark.parametrize("budget", ["auto", 0.1])
+def test_a_vision_backbone_under_autocast_keeps_gradients_and_statistics_bitwise(frozen, budget):
+    """In-place ReLU and ``+=`` on a channels-last input under bfloat16 autocast, and a
+    frozen stem with batch norms in eval mode: two SGD steps with the eager inner compiler
+    give the gradients, weights and running statistics of the same compile with nothing
+    moved, bitwise (``benchmarks/RESULTS.md``, session 48's vision probe)."""
+    import copy
+
+    torch.manual_seed(0)
+    base = _AmpBottlenecks(frozen)
+    got = {}
+    for name, options in (("none", {"policy": "none"}), ("plan", {"memory_budget": budget})):
+        torch._dynamo.reset()
+        model = copy.deepcopy(base).train()
+        backend = offload_compiler.make_backend(devices=("cpu",), inner_compiler="eager", min_offload_bytes=0,
+                                                plan_cache=False, **options)
+        compiled = torch.compile(model, backend=backend)
+        opt = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=0.1)
+        grads = []
+        for step in range(2):
+            g = torch.Generator().manual_seed(10 + step)
+            x = torch.randn(4, 3, 16, 16, generator=g).contiguous(memory_format=torch.channels_last)
+            compiled(x, torch.randint(10, (4,), generator=g)).backward()
+            grads.append([p.grad.clone() for p in model.parameters() if p.grad is not None])
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+        got[name] = grads, [t.clone() for t in model.state_dict().values()]
+    moved = sum(len(p.offloaded) + len(p.recomputed) for p in backend.plans)
+    assert moved > 0, "the plan moved nothing: the test would compare nothing moved with itself"
+    assert len(got["plan"][0][0]) == (14 if frozen else 17)  # the frozen stem: no gradients
+    for step, (a, b) in enumerate(zip(got["plan"][0], got["none"][0])):
+        assert all(torch.equal(x, y) for x, y in zip(a, b)), f"step {step}"
+    assert all(torch.equal(x, y) for x, y in zip(got["plan"][1], got["none"][1]))
