@@ -24,15 +24,17 @@ KERNELS_AT = READ_AT + 1
 KERNELS_READ_AT = KERNELS_AT + 1
 
 
-def train(model, inputs, backend, *, steps=3, seed=0, lr=1e-2):
+def train(model, inputs, backend, *, steps=3, seed=0, lr=1e-2, trained=None):
     """Run ``steps`` SGD steps of a deep copy of ``model`` compiled with ``backend``.
 
-    Returns (losses, grads) where grads[i] is the list of gradients at step i.
+    Returns (losses, grads) where grads[i] is the list of gradients at step i (of the
+    parameters that train). ``trained``: a list the trained copy is appended to.
     """
     torch._dynamo.reset()
     model = copy.deepcopy(model)
     compiled = torch.compile(model, backend=backend)
-    opt = torch.optim.SGD(model.parameters(), lr=lr)
+    params = [p for p in model.parameters() if p.requires_grad]
+    opt = torch.optim.SGD(params, lr=lr)
     losses, grads = [], []
     for step in range(steps):
         torch.manual_seed(seed + step)
@@ -40,9 +42,11 @@ def train(model, inputs, backend, *, steps=3, seed=0, lr=1e-2):
         loss = compiled(*args)
         loss.backward()
         losses.append(loss.detach().clone())
-        grads.append([p.grad.detach().clone() for p in model.parameters()])
+        grads.append([p.grad.detach().clone() for p in params])
         opt.step()
         opt.zero_grad(set_to_none=True)
+    if trained is not None:
+        trained.append(model)
     return losses, grads
 
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn as nn
-
-import offload_compiler
 from torch.utils.checkpoint import checkpoint
+
+from helpers import assert_bitwise, backend, train
 
 
 class _NormNet(nn.Module):
@@ -167,6 +167,12 @@ class _AmpBottlenecks(nn.Module):
         return nn.functional.cross_entropy(logits.float(), labels)
 
 
+def _amp_inputs(step):
+    g = torch.Generator().manual_seed(10 + step)
+    x = torch.randn(4, 3, 16, 16, generator=g).contiguous(memory_format=torch.channels_last)
+    return x, torch.randint(10, (4,), generator=g)
+
+
 @pytest.mark.parametrize("frozen", [False, True])
 @pytest.mark.parametrize("budget", ["auto", 0.1])
 def test_a_vision_backbone_under_autocast_keeps_gradients_and_statistics_bitwise(frozen, budget):
@@ -174,30 +180,16 @@ def test_a_vision_backbone_under_autocast_keeps_gradients_and_statistics_bitwise
     frozen stem with batch norms in eval mode: two SGD steps with the eager inner compiler
     give the gradients, weights and running statistics of the same compile with nothing
     moved, bitwise (``benchmarks/RESULTS.md``, session 48's vision probe)."""
-    import copy
-
     torch.manual_seed(0)
-    base = _AmpBottlenecks(frozen)
-    got = {}
-    for name, options in (("none", {"policy": "none"}), ("plan", {"memory_budget": budget})):
-        torch._dynamo.reset()
-        model = copy.deepcopy(base).train()
-        backend = offload_compiler.make_backend(devices=("cpu",), inner_compiler="eager", min_offload_bytes=0,
-                                                plan_cache=False, **options)
-        compiled = torch.compile(model, backend=backend)
-        opt = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=0.1)
-        grads = []
-        for step in range(2):
-            g = torch.Generator().manual_seed(10 + step)
-            x = torch.randn(4, 3, 16, 16, generator=g).contiguous(memory_format=torch.channels_last)
-            compiled(x, torch.randint(10, (4,), generator=g)).backward()
-            grads.append([p.grad.clone() for p in model.parameters() if p.grad is not None])
-            opt.step()
-            opt.zero_grad(set_to_none=True)
-        got[name] = grads, [t.clone() for t in model.state_dict().values()]
-    moved = sum(len(p.offloaded) + len(p.recomputed) for p in backend.plans)
+    model = _AmpBottlenecks(frozen).train()
+    options = {"devices": ("cpu",), "inner_compiler": "eager", "min_offload_bytes": 0, "plan_cache": False}
+    ref_model, got_model = [], []
+    ref = train(model, _amp_inputs, backend(policy="none", **options), steps=2, lr=0.1, trained=ref_model)
+    planned = backend(memory_budget=budget, **options)
+    got = train(model, _amp_inputs, planned, steps=2, lr=0.1, trained=got_model)
+    moved = sum(len(p.offloaded) + len(p.recomputed) for p in planned.plans)
     assert moved > 0, "the plan moved nothing: the test would compare nothing moved with itself"
-    assert len(got["plan"][0][0]) == (14 if frozen else 17)  # the frozen stem: no gradients
-    for step, (a, b) in enumerate(zip(got["plan"][0], got["none"][0])):
-        assert all(torch.equal(x, y) for x, y in zip(a, b)), f"step {step}"
-    assert all(torch.equal(x, y) for x, y in zip(got["plan"][1], got["none"][1]))
+    assert len(got[1][0]) == (14 if frozen else 17)  # the frozen stem: no gradients
+    assert_bitwise(got, ref)
+    state, ref_state = got_model[0].state_dict(), ref_model[0].state_dict()
+    assert all(torch.equal(t, ref_state[k]) for k, t in state.items())

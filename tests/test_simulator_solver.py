@@ -348,7 +348,7 @@ def test_a_kernels_workspace_is_outside_inductors_estimate_so_it_does_not_stop_a
 
 
 def test_without_inductors_pool_every_buffer_is_freed_where_it_dies():
-    # A plan that offloads compiles without Inductor's pool (``pool=False``). Three ops of
+    # A graph compiled without Inductor's pool (``pools`` off). Three ops of
     # 1 ms; P (4 MB) dies after op 0, Q (its key) is made at op 2, and op 1 holds 5 MB of
     # activations. With the pool P is held through op 1 (9 MB: under the 10 MB that the
     # estimate's other bytes put at op 0); without it, op 1 holds only its own 5 MB.
@@ -357,7 +357,7 @@ def test_without_inductors_pool_every_buffer_is_freed_where_it_dies():
     ops = [(0.0, 1.0), (1.0, 2.0), (2.0, 3.0)]
     assert step_peak_of(acts, spans, ops, 3, estimated_besides=[6 * MB, 0, 0]) == (9 * MB, 1.0)
     holders = []
-    assert step_peak_of(acts, spans, ops, 3, pool=False, holders=holders) == (5 * MB, 1.0)
+    assert step_peak_of(acts, spans, ops, 3, pools=(False, False), holders=holders) == (5 * MB, 1.0)
     assert holders == [5 * MB]
 
 

@@ -380,7 +380,7 @@ def simulate(fw_ms: list[float], bw_ms: list[float], tensors: list[SimTensor], l
     holders: list | None = [] if record else None  # only a recorded timeline names them
     peak, peak_t, end_fw, between, curve, step_peak, step_peak_t = levels_of(
         changes, outs, bw_order, fw_end, in_order=in_order, record=record, op_span=op_span,
-        transients=transients, pool=(True, not offloaded), n_fw=n_fw,  # backward with a transfer op: no pool
+        transients=transients, pools=(True, not offloaded), n_fw=n_fw,  # backward with a transfer op: no pool
         holders=holders)
     call_peak = peak
     spill = max(0.0, d2h_free - fw_end)

@@ -39,8 +39,8 @@ real peak: on HF Llama (8 layers, batch 4 of 4096) at an activation budget of 0.
 measured (2.93 predicted) against 2.41 predicted without the pool
 (``benchmarks/RESULTS.md``, session 36; measured 2.20 GiB without it in session 37). Its
 forward keeps the pool, weighed against an estimate that sizes its buffers and leaves the
-host copies out, as the replay does (``reuse_estimate.py``; ``pool``: whether forward and
-backward pool). With the pool off the CUDA caching allocator takes each freed buffer back
+host copies out, as the replay does (``reuse_estimate.py``; ``pools``: whether forward and
+backward have a pool). With the pool off the CUDA caching allocator takes each freed buffer back
 for the next one of its size. Graphs the eager inner compiler runs have no pool either
 (``facts.gather(pool=False)``: no transient carries a key).
 """
@@ -95,15 +95,14 @@ _TIME, _DELTA = operator.itemgetter(0), operator.itemgetter(1)
 
 def levels_of(changes: list[tuple[float, int]], outs: list[int], bw_order: int, fw_end: float, *,
               in_order: bool, record: bool, op_span: list[tuple[float, float]] | None,
-              transients: list | None, pool: bool | tuple[bool, bool], n_fw: int,
+              transients: list | None, pools: tuple[bool, bool], n_fw: int,
               holders: list | None = None) -> tuple[int, float, int, int, list, int, float]:
     """The simulator's memory figures from its memory ``changes`` (``(time_ms, bytes)``
     in the order made; ``outs``: which are backward outputs; from ``bw_order`` on,
     backward's): ``(peak, peak_time, end_of_forward, between, curve, step_peak,
     step_peak_time)``. ``between`` is what is held after forward's last change; the
-    step peak (with ``op_span`` and ``transients``) replays Inductor's buffer pool where
-    ``pool`` says the graphs are compiled with it (both, or forward's and backward's apart:
-    module docstring).
+    step peak (with ``op_span`` and ``transients``) replays Inductor's buffer pool in the
+    graphs ``pools`` (forward, backward) says are compiled with it (module docstring).
     ``holders``: a list to fill with what is live at the step peak (:func:`step_peak_of`)."""
     times, deltas = list(map(_TIME, changes)), list(map(_DELTA, changes))
     order = None if in_order else sorted(range(len(changes)), key=times.__getitem__)  # stable
@@ -127,26 +126,25 @@ def levels_of(changes: list[tuple[float, int]], outs: list[int], bw_order: int, 
     if op_span is not None:
         skip = set(outs)
         activations = [(time_ms, j, delta) for j, (time_ms, delta) in enumerate(changes) if j not in skip]
-        step_peak, step_peak_t = step_peak_of(activations, transients, op_span, n_fw, pool, holders)
+        step_peak, step_peak_t = step_peak_of(activations, transients, op_span, n_fw, pools, holders)
     return peak, peak_t, end_fw, between, curve, step_peak, step_peak_t
 
 
-def step_peak_of(mem_deltas, transients, op_span, n_fw, pool: bool | tuple[bool, bool] = True,
+def step_peak_of(mem_deltas, transients, op_span, n_fw, pools: tuple[bool, bool] = (True, True),
                  holders: list | None = None, *, estimated_besides: list[int] | None = None) -> tuple[int, float]:
     """Peak and its time of the activation deltas (without the backward outputs while
     their op runs: ``transients`` hold those longer) plus ``transients``: in a graph
-    ``pool`` says is compiled with Inductor's buffer pool (both, or ``(forward,
-    backward)``), each held until the buffer that reuses it is allocated
-    (:func:`held_for_reuse`; ``estimated_besides``: bytes per op that Inductor's estimate
-    counts besides the activations, none by default); elsewhere each held to its last
-    read. ``holders`` (the final plan's simulation only: it costs a second pass): filled
-    with the activation bytes held at the peak, then a :class:`Holder` per transient live
-    there, largest first."""
+    ``pools`` (forward, backward) says is compiled with Inductor's buffer pool, each held
+    until the buffer that reuses it is allocated (:func:`held_for_reuse`;
+    ``estimated_besides``: bytes per op that Inductor's estimate counts besides the
+    activations, none by default); elsewhere each held to its last read. ``holders``
+    (the final plan's simulation only: it costs a second pass): filled with the
+    activation bytes held at the peak, then a :class:`Holder` per transient live there,
+    largest first."""
     last = len(op_span) - 1
     spans = [Transient(*t) for t in transients if t[0] > 0 and 0 <= t[1] <= last]
     spans = [t._replace(last=min(max(t.last, t.first), last)) for t in spans]
     deltas = sorted((time_ms, delta) for time_ms, _, delta in mem_deltas)
-    pools = (pool, pool) if isinstance(pool, bool) else tuple(pool)
     if not any(pools):
         extended = [t.last for t in spans]
     else:
