@@ -6,6 +6,6 @@
 set -u
 python -m pip install -q --no-deps --no-build-isolation -e . > "$OUT/install.log" 2>&1
 source benchmarks/results/zoo_rows.sh
-zoo_rows gpt gpt inductor,full_ac,offload-limit:FULL,offload-limit:MID 120 280
-zoo_rows vit vit inductor,full_ac,offload-limit:FULL 110 170
+zoo_rows gpt gpt inductor,full_ac,offload-limit:FULL,offload-limit:MID 110 230
+zoo_rows vit vit inductor,full_ac,offload-limit:FULL 100 100
 zoo_summary
