@@ -181,7 +181,9 @@ def interleave(model, args: tuple, kwargs: dict, strategies: list[str], *, round
 
 def profiled(step: Callable[[], None], steps: int, sync: Callable[[], None], top: int = 30) -> str:
     """``steps`` synchronised steps under ``cProfile``: the ``top`` functions by own time,
-    per step, as ``pstats`` prints them."""
+    as ``pstats`` prints them, then the ``top`` of the backend's own functions and of the
+    graphs' generated code by cumulative time (the transfer ops' bodies, the host pool; in
+    session 49 the first list alone left most of a plan's extra host time unnamed)."""
     profile = cProfile.Profile()
     for _ in range(steps):
         profile.enable()
@@ -192,6 +194,8 @@ def profiled(step: Callable[[], None], steps: int, sync: Callable[[], None], top
     stats = pstats.Stats(profile, stream=text)
     print(f"{steps} synchronised steps; times are for all of them", file=text)
     stats.sort_stats("tottime").print_stats(top)
+    print("the backend's functions and the graphs' generated code, by cumulative time:", file=text)
+    stats.sort_stats("cumulative").print_stats(r"offload_compiler|torchinductor", top)
     return text.getvalue()
 
 

@@ -127,7 +127,7 @@ def test_sac_and_full_ac_run_on_a_copy_with_their_blocks_checkpointed(tmp_path, 
     assert "--blocks 'nowhere': the model has no such attribute" in capsys.readouterr().err
 
 
-def test_host_profile_lists_each_strategys_functions_by_own_time(tmp_path, capsys):
+def test_host_profile_lists_each_strategys_functions_by_own_and_the_backends_by_cumulative_time(tmp_path, capsys):
     factory = tmp_path / "tiny_mlp.py"
     factory.write_text(FACTORY)
     out = tmp_path / "rounds.json"
@@ -142,7 +142,10 @@ def test_host_profile_lists_each_strategys_functions_by_own_time(tmp_path, capsy
         assert profile.startswith("2 synchronised steps")
         assert "Ordered by: internal time" in profile and "tottime" in profile
         assert "backward" in profile  # the step's own calls are in it
+        ours = profile.split("the backend's functions and the graphs' generated code, by cumulative time:")[1]
+        assert "Ordered by: cumulative time" in ours and "torchinductor" in ours  # the graphs' generated code
         assert f"--- {s}: the host's time by function ---" in printed
+    assert "offload_compiler" in got["offload:none"]["profile"].split("by cumulative time:")[1]
     # The table is still printed last.
     assert printed.rstrip().endswith("to issue a synchronised step")
 
