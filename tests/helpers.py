@@ -110,12 +110,19 @@ class FakeRecorder:
 
 
 class FakeSource:
-    """Reports ``make(call)`` for every measured call; records what it was asked."""
+    """Reports ``make(call)`` for every measured call; records what it was asked. A call of
+    nothing moved timed beside a re-plan (``"beside"``) reports ``beside(call)``; without
+    ``beside`` it cannot be measured (the earlier measurement of nothing moved stands)."""
 
-    def __init__(self, make):
-        self.make, self.asked, self.holds = make, [], {}
+    def __init__(self, make, beside=None):
+        self.make, self.beside, self.asked, self.holds = make, beside, [], {}
 
     def recorder(self, device, call, what, intervals=0, *, hold_ms=(0.0, 0.0)):
+        if what == "beside":
+            if self.beside is None:
+                return None
+            self.asked.append((call, what))
+            return FakeRecorder(call, what, self.beside)
         self.asked.append((call, what))
         if what == "kernels":
             self.holds[call] = hold_ms

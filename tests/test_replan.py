@@ -366,10 +366,10 @@ def test_auto_planned_once_more_within_the_margin_measures_and_settles(source, c
     cannot miss it): the re-plan past ``max_overhead`` with the first plan slower, a third
     plan searched within the margin replaces it, is measured, and is kept; three plans,
     each measured once, gradients bitwise."""
-    import offload_compiler.replanning as replanning
+    import offload_compiler.verdicts as verdicts
 
     overheads = iter([(0.05, 0.08, False), (0.02, 0.05, False)])  # the re-plan's, then the third's
-    monkeypatch.setattr(replanning, "held_overhead", lambda *a: next(overheads))
+    monkeypatch.setattr(verdicts, "held_overhead", lambda *a: next(overheads))
     model, batch = _model()
     reference = train(model, batch, backend(**OPTIONS, policy="none", replan=False), steps=3 * READ_AT)
     b = backend(**OPTIONS, memory_budget="auto", plan_cache=False)

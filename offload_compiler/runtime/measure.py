@@ -161,9 +161,9 @@ class Source(Protocol):
                  hold_ms: tuple[float, float] = (0.0, 0.0)) -> Recorder | None:
         """A recorder for ``call`` of a graph on ``device``, measuring ``what``:
         ``"memory"`` (the allocator's records; its Python stacks slow the host, so time is
-        measured in another call), ``"time"`` or ``"kernels"`` (time, the GPU held for
-        ``hold_ms`` before the forward and the backward; 0: not held); ``None`` where it
-        cannot measure. ``intervals``: how many copies and waits the call is expected to time."""
+        measured in another call), ``"time"``, ``"beside"`` (time, of nothing moved run in the
+        plan's place) or ``"kernels"`` (time, the GPU held for ``hold_ms`` before the forward and
+        the backward; 0: not held); ``None``: cannot. ``intervals``: copies and waits it times."""
 
     def measures(self, device: torch.device) -> bool:
         """Whether graphs on ``device`` will be measured (known before they compile)."""
@@ -404,7 +404,7 @@ class CudaSource:
             return None
         if torch.cuda.is_current_stream_capturing():
             return None
-        return CudaRecorder(device, call, what, intervals, hold_ms=hold_ms)
+        return CudaRecorder(device, call, "time" if what == "beside" else what, intervals, hold_ms=hold_ms)
 
     def measures(self, device: torch.device) -> bool:
         return device.type == "cuda" and torch.cuda.is_available()
