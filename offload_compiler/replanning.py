@@ -130,7 +130,8 @@ class MeasuredGraph(Verdicts):
             what = "memory"
         elif self.timed_at is None and self.calls >= self.time_from and self._memory_done():
             # the memory call's, a step later (or the first call after its backward)
-            what = ("beside" if self._beside_due() else "time") if self.hold is None else "kernels"
+            what = ("beside" if self._beside_due() and self._beside_fits() else "time") if self.hold is None \
+                else "kernels"
         if what is None or not torch.is_grad_enabled():
             if what == "memory":
                 self.first += 1  # measure a training call

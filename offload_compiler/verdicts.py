@@ -11,12 +11,19 @@ import dataclasses
 import logging
 from typing import Any
 
+from .nbytes import nbytes_text
+from .planning import limits
 from .planning.judging import as_compared, at_least_host, held_overhead, once_more, once_more_text, percent, step_text
 from .planning.replan import Corrections
 from .reporting.records import GraphPlan
 from .runtime import measure
 
 log = logging.getLogger("offload_compiler")
+
+#: Nothing moved is timed beside a re-plan only where its measured step peak, this many times
+#: over, fits beside what is allocated then (the caching allocator's blocks, split and cached,
+#: are not all reusable at once: ``limits.DEVICE_MARGIN`` is held back besides).
+BESIDE_MARGIN = 1.25
 
 
 class Verdicts:
@@ -30,6 +37,24 @@ class Verdicts:
         return (self.beside is not None and self.unmoved is not None and self.previous is not None
                 and self.max_overhead is not None and not self.plan.moves_nothing
                 and len(self.beside) < len(self.timings))
+
+    def _beside_fits(self) -> bool:
+        """Whether nothing moved's step, as measured (its step peak ``BESIDE_MARGIN`` times
+        over), fits with what is allocated now in what the device can give (``limits.room``).
+        Where it does not, it is not timed beside this plan (said once), and its first
+        measurement stands: a step that ran out of memory would end the training."""
+        got, base = limits.room(self.device), self.unmoved[1]
+        peak = base.measured.step_peak_bytes
+        if got is not None and peak is not None and peak * BESIDE_MARGIN + got[1] <= got[0]:
+            return True
+        self.beside = None
+        log.info("offload: graph %d: graph %d (nothing moved) is not timed beside it: %s; it is judged against "
+                 "graph %d's first measurement", self.plan.graph_id, base.graph_id,
+                 "not on a CUDA device, or its step peak was not measured" if got is None or peak is None else
+                 f"its measured step peak ({nbytes_text(peak)}) {BESIDE_MARGIN}x over and the "
+                 f"{nbytes_text(got[1])} allocated now exceed the {nbytes_text(got[0])} the device can give",
+                 base.graph_id)
+        return False
 
     def _measured_of(self, plan: GraphPlan) -> Any:
         """``plan``'s measurement as this plan is judged against it: for nothing moved, its

@@ -453,16 +453,20 @@ def test_a_plan_for_cheaper_recomputation_past_max_overhead_goes_back_to_the_pla
     assert_bitwise(reference, got)
 
 
-def _auto_beside(source, caplog, replan_scale, beside_scale, steps):
+def _auto_beside(source, caplog, replan_scale, beside_scale, steps, monkeypatch=None):
     """``"auto"`` whose re-plan measures ``replan_scale`` times the first plan's measured
     step (nothing moved), and nothing moved, timed beside it, ``beside_scale`` times that
     measurement: (backend, its gradients, nothing moved's, the source, host blocks taken
-    per step)."""
+    per step). With ``monkeypatch``, the device has room for nothing moved's first steps
+    and, once it is measured, 1.2 times its measured step peak."""
     from offload_compiler.runtime.pool import host_pool
 
     model, batch = _model()
     reference = train(model, batch, backend(**OPTIONS, policy="none", replan=False), steps=steps)
     b = backend(**OPTIONS, memory_budget="auto", plan_cache=False)
+    if monkeypatch is not None:
+        monkeypatch.setattr(limits, "room", lambda device: (
+            int(1.2 * b.plans[0].measured.step_peak_bytes) if b.plans and b.plans[0].measured else 1 << 40, 0))
 
     def make(call):
         return (_over(b.plans, call, replan_scale) if len(b.plans) > 1 else as_predicted(b.plans)(call))
@@ -538,4 +542,24 @@ def test_a_replan_within_max_overhead_of_an_old_measurement_but_past_it_beside_n
     assert (f'graph {second.graph_id}: "auto" measured 5.2% over the step with nothing moved, past max_overhead 3.0%; '
             "keeping it for now, and planning once more within 3.0% less what it missed by") in caplog.text
     assert third.replaces == second.graph_id and third.corrections["overhead_margin"] > 0.02
+    assert_bitwise(reference, got)
+
+
+def test_nothing_moved_is_not_timed_beside_a_replan_where_its_measured_step_would_not_fit(
+        source, roomy, caplog, monkeypatch):
+    """A step that ran out of memory would end the training: where nothing moved's measured
+    step peak, ``BESIDE_MARGIN`` times over, does not fit beside what is allocated, no step
+    runs it, the log says why, and the re-plan is judged against its first measurement."""
+    from offload_compiler.verdicts import BESIDE_MARGIN
+
+    assert BESIDE_MARGIN > 1.2
+    try:
+        b, got, reference, fake, taken = _auto_beside(source, caplog, 1.01, 1.03, 2 * READ_AT + 2, monkeypatch)
+    finally:
+        measure.set_source(None)
+    first, second = b.plans
+    assert "beside" not in [what for _, what in fake.asked] and all(n > 0 for n in taken[READ_AT:]), taken
+    assert (f"graph {second.graph_id}: graph {first.graph_id} (nothing moved) is not timed beside it: its measured "
+            f"step peak") in caplog.text and f"judged against graph {first.graph_id}'s first measurement" in caplog.text
+    assert f"as graph {first.graph_id} measured it;" in caplog.text and b.settled
     assert_bitwise(reference, got)
