@@ -17,9 +17,9 @@ replaced (``planning.judging.as_compared``; ``GraphPlan.reverted``). With ``"aut
 first plan that moves nothing is the step ``max_overhead`` is held against; a new plan
 past it is planned once more (``judging.once_more``) or gives way, one well within it
 is planned once more where recomputation cost less (``judging.cheaper_recomputation``).
-Its timed calls alternate with calls of nothing moved, timed too (``"beside"``: that
-graph, compiled already, runs the step; its gradients are the plan's), and the overhead
-is held against those: a step measured a dozen steps earlier differs from one measured
+A re-plan's timed calls alternate with calls of nothing moved, timed too (``"beside"``:
+that graph, compiled already, runs the step; its gradients are the plan's), and the
+overhead is held against those (``verdicts.py``; where its step fits the device): a step measured a dozen steps earlier differs from one measured
 now by more than the 3% judged (Inductor's own step drifted 93.7 to 97.4 ms over the
 GPT preset's interleaved rounds, ``benchmarks/RESULTS.md``, session 48). Where the
 source of measurements cannot time that graph, the earlier measurement stands.
