@@ -8,7 +8,7 @@
 set -u
 python -m pip install -q --no-deps --no-build-isolation -e . > "$OUT/install.log" 2>&1
 source benchmarks/results/zoo_rows.sh
-gpu_suite 300
-interleaved_rows gpt gpt bfloat16 inductor,offload:auto,sac 230 --blocks blocks --rounds 3 --steps 6
+gpu_suite 240
+interleaved_rows gpt gpt bfloat16 inductor,offload:auto,sac 220 --blocks blocks --rounds 2 --steps 6
 grep -h -E "timed beside|measured it beside" "$OUT/gpt.log" | cut -c1-300
 cat "$OUT/gpu.txt"
