@@ -707,21 +707,23 @@ def test_memory_limit_holds_on_the_measured_peak():
 
 def test_auto_measures_nothing_moved_first_and_judges_its_replan_against_it(caplog):
     """On a GPU with room, ``"auto"``'s first plan moves nothing (``planning.limits``
-    reads the device), its measurement is the step the re-plan's overhead is measured
-    against, and gradients over the whole flow (each plan measured, the graph compiled
-    again) are bitwise those of nothing moved (eager inner compiler)."""
+    reads the device), the re-plan's overhead is measured against it, timed beside the
+    re-plan (its graph run in alternate steps), and gradients over the whole flow (each
+    plan measured, the graph compiled again, the steps that ran nothing moved) are bitwise
+    those of nothing moved (eager inner compiler)."""
     from offload_compiler.planning.limits import unmoved_fits
 
     assert unmoved_fits(1 << 20, "cuda:0") and not unmoved_fits(1 << 50, "cuda:0")
     model = _model()
-    ref = _steps(model, _eager("none"), 24)
+    ref = _steps(model, _eager("none"), 30)
     b = backend(inner_compiler="eager", memory_budget="auto")
     with caplog.at_level(logging.INFO, logger="offload_compiler"):
-        got = _steps(model, b, 24)
+        got = _steps(model, b, 30)
     first = b.plans[0]
     print([p.summary() for p in b.plans])
     assert first.provisional and not first.offloaded and not first.recomputed and first.measured is not None
-    assert len(b.plans) >= 2 and b.plans[1].replaces == first.graph_id  # re-planned by step 24
+    assert len(b.plans) >= 2 and b.plans[1].replaces == first.graph_id  # re-planned by step 30
     if b.plans[1].measured is not None and (b.plans[1].offloaded or b.plans[1].recomputed):
-        assert f"with nothing moved, as graph {first.graph_id} measured it" in caplog.text
+        assert f"with nothing moved, as graph {first.graph_id} measured it beside this plan" in caplog.text
+        assert f"graph {first.graph_id} (nothing moved) timed beside it, a step apart" in b.plans[1].note
     assert_bitwise(ref, got)
