@@ -86,9 +86,9 @@ def install() -> bool:
         return False
     cls = getattr(wrapper, "EfficientPeakEstimate", None)
     needed = ("compute_memory_timeline", "get_freeable_input_buf", "assign_memory_planning_info_for_scheduler_buffers")
-    if cls is None or not all(hasattr(memory, n) for n in needed):
-        log.debug("offload: buffer reuse estimate left as Inductor's (this torch has no EfficientPeakEstimate "
-                  "or no compute_memory_timeline)")
+    missing = [n for n in ("EfficientPeakEstimate",) if cls is None] + [n for n in needed if not hasattr(memory, n)]
+    if missing:
+        log.debug("offload: buffer reuse estimate left as Inductor's (this torch has no %s)", ", ".join(missing))
         return False
     if getattr(cls.__init__, _MARK, False):
         return True

@@ -24,11 +24,12 @@ KERNELS_AT = READ_AT + 1
 KERNELS_READ_AT = KERNELS_AT + 1
 
 
-def train(model, inputs, backend, *, steps=3, seed=0, lr=1e-2, trained=None):
+def train(model, inputs, backend, *, steps=3, seed=0, lr=1e-2, trained=None, after_step=None):
     """Run ``steps`` SGD steps of a deep copy of ``model`` compiled with ``backend``.
 
     Returns (losses, grads) where grads[i] is the list of gradients at step i (of the
-    parameters that train). ``trained``: a list the trained copy is appended to.
+    parameters that train). ``trained``: a list the trained copy is appended to;
+    ``after_step``: called with each step's index once its backward has run.
     """
     torch._dynamo.reset()
     model = copy.deepcopy(model)
@@ -41,6 +42,8 @@ def train(model, inputs, backend, *, steps=3, seed=0, lr=1e-2, trained=None):
         args = inputs(step) if callable(inputs) else inputs
         loss = compiled(*args)
         loss.backward()
+        if after_step is not None:
+            after_step(step)
         losses.append(loss.detach().clone())
         grads.append([p.grad.detach().clone() for p in params])
         opt.step()

@@ -22,8 +22,8 @@ GIB = 1 << 30
 
 @pytest.fixture
 def source():
-    def install(make):
-        fake = FakeSource(make)
+    def install(make, beside=None):
+        fake = FakeSource(make, beside)
         measure.set_source(fake)
         return fake
 
@@ -476,26 +476,12 @@ def _auto_beside(source, caplog, replan_scale, beside_scale, steps, monkeypatch=
         return measure.Measured(call=call, fw_ms=first.fw_ms * beside_scale, bw_ms=first.bw_ms * beside_scale,
                                 stall_ms=0.0)
 
-    fake = FakeSource(make, beside)
-    measure.set_source(fake)
-    taken = []
+    fake = source(make, beside)
+    acquired = [host_pool().stats().acquires]  # host blocks taken so far, then after each step
     with caplog.at_level(logging.INFO, logger="offload_compiler"):
         model, batch = _model()
-        torch._dynamo.reset()
-        compiled = torch.compile(model, backend=b)
-        opt = torch.optim.SGD(model.parameters(), lr=1e-2)  # as ``helpers.train``
-        losses, grads = [], []
-        for step in range(steps):
-            before = host_pool().stats().acquires
-            torch.manual_seed(step)
-            loss = compiled(*batch)
-            loss.backward()
-            taken.append(host_pool().stats().acquires - before)
-            losses.append(loss.detach().clone())
-            grads.append([p.grad.detach().clone() for p in model.parameters()])
-            opt.step()
-            opt.zero_grad(set_to_none=True)
-    return b, (losses, grads), reference, fake, taken
+        got = train(model, batch, b, steps=steps, after_step=lambda _: acquired.append(host_pool().stats().acquires))
+    return b, got, reference, fake, [after - before for before, after in zip(acquired, acquired[1:])]
 
 
 def test_a_replan_is_timed_beside_nothing_moved_and_held_against_those_calls(source, roomy, caplog):
@@ -505,10 +491,7 @@ def test_a_replan_is_timed_beside_nothing_moved_and_held_against_those_calls(sou
     then, so 1.5% over nothing moved beside it, within ``max_overhead``: kept, no plan
     once more. Gradients bitwise across the steps that ran nothing moved."""
     steps = 2 * READ_AT + 2 * len(MEASURED)
-    try:
-        b, got, reference, fake, taken = _auto_beside(source, caplog, 1.045, 1.03, steps)
-    finally:
-        measure.set_source(None)
+    b, got, reference, fake, taken = _auto_beside(source, caplog, 1.045, 1.03, steps)
     first, second = b.plans
     assert _moves(second) and not second.reverted and b.current_plans == [second] and b.settled
     replan = [what for call, what in fake.asked[len(MEASURED):]]
@@ -532,10 +515,7 @@ def test_a_replan_within_max_overhead_of_an_old_measurement_but_past_it_beside_n
     """Measured 2% over nothing moved's first measurement, but nothing moved, timed beside
     it, ran 3% faster than then: 5.2% over, past ``max_overhead``, so it is planned once
     more as any plan past it is."""
-    try:
-        b, got, reference, fake, _ = _auto_beside(source, caplog, 1.02, 0.97, 2 * READ_AT + 2 * len(MEASURED))
-    finally:
-        measure.set_source(None)
+    b, got, reference, fake, _ = _auto_beside(source, caplog, 1.02, 0.97, 2 * READ_AT + 2 * len(MEASURED))
     first, second, third = b.plans[:3]
     assert '"auto" measured 5.2% over the step with nothing moved' in caplog.text
     assert f"as graph {first.graph_id} measured it beside this plan" in caplog.text
@@ -553,10 +533,7 @@ def test_nothing_moved_is_not_timed_beside_a_replan_where_its_measured_step_woul
     from offload_compiler.verdicts import BESIDE_MARGIN
 
     assert BESIDE_MARGIN > 1.2
-    try:
-        b, got, reference, fake, taken = _auto_beside(source, caplog, 1.01, 1.03, 2 * READ_AT + 2, monkeypatch)
-    finally:
-        measure.set_source(None)
+    b, got, reference, fake, taken = _auto_beside(source, caplog, 1.01, 1.03, 2 * READ_AT + 2, monkeypatch)
     first, second = b.plans
     assert "beside" not in [what for _, what in fake.asked] and all(n > 0 for n in taken[READ_AT:]), taken
     assert (f"graph {second.graph_id}: graph {first.graph_id} (nothing moved) is not timed beside it: its measured "
