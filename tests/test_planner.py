@@ -234,9 +234,8 @@ def test_reloads_are_anchored_where_planned_not_hoisted_to_the_top(budget):
     assert unanchored == sorted(unanchored, reverse=True), [(h.name, h.args[1]) for h in by_use]
 
 
-def test_q_k_v_share_their_projection_when_recomputed(monkeypatch):
-    """q, k and v are views of one projection: recomputing all three runs its matmul
-    once, so the simulator charges that matmul to the first of them only."""
+def _first_facts(monkeypatch, **options):
+    """What the solver was first given planning the four-layer GPT with ``options``."""
     from offload_compiler.planning import search
 
     seen = []
@@ -248,8 +247,33 @@ def test_q_k_v_share_their_projection_when_recomputed(monkeypatch):
 
     monkeypatch.setattr(search, "_solve", spy)
     model, inputs = _gpt()
-    _plan(model, inputs, memory_budget=0.5)
-    facts = seen[0]
+    _plan(model, inputs, **options)
+    return seen[0]
+
+
+def test_each_saved_value_names_the_recomputations_whose_chains_read_it(monkeypatch):
+    """``read_by``: recomputing a value whose chain reads another recomputed value makes
+    that one where the first of them is made (``planning/nested.py``); the facts say
+    which chains read which saved value, as the chains themselves do."""
+    facts = _first_facts(monkeypatch, memory_budget=0.5)
+    names = {x.name for x in facts.tensors}
+    nodes = {n.name: n for n in facts.fw_nodes}
+    expected = {x: set() for x in names}
+    for reader, chain in facts.chains.items():
+        for op in chain:
+            for arg in nodes[op].all_input_nodes if op in nodes else ():
+                if arg.name in names and arg.name not in chain:
+                    expected[arg.name].add(reader)
+    got = {x.name: set(x.read_by) for x in facts.tensors}
+    assert got == expected
+    # The residual stream read by the next layer's chains, q, k and v by the attention's...
+    assert sum(map(len, got.values())) >= 4 * 8
+
+
+def test_q_k_v_share_their_projection_when_recomputed(monkeypatch):
+    """q, k and v are views of one projection: recomputing all three runs its matmul
+    once, so the simulator charges that matmul to the first of them only."""
+    facts = _first_facts(monkeypatch, memory_budget=0.5)
     groups = {}
     for x in facts.tensors:
         if x.group:

@@ -188,6 +188,25 @@ def test_group_runs_its_shared_kernel_once():
     assert apart.step_ms == pytest.approx(1 + 2 + 1)
 
 
+def test_a_recomputation_another_recomputation_reads_is_made_and_held_where_that_one_is():
+    # B (made by forward op 0) is read by A's recompute chain (A made by op 2). Backward
+    # reads A at op 0 and B at op 3. Recomputing both, backward makes B for A's chain
+    # at op 0 and holds it to op 3 (passes/recompute_saved.py: made once, for the first
+    # chain that needs it): both are held at op 0. With A kept, B is made at op 3.
+    def both(read_by, a=RECOMPUTE):
+        return [SimTensor("B", 100 * MB, 0, 1, 3, 3, RECOMPUTE, 0.5, read_by=read_by),
+                SimTensor("A", 100 * MB, 2, 3, 0, 0, a, 0.25)]
+
+    nested = simulate([1] * 4, [1] * 4, both(("A",)), LANES, record=True)
+    assert nested.peak_bytes == 200 * MB and nested.peak_time_ms == pytest.approx(4.75)
+    assert [(op, x) for lane, op, x, *_ in nested.events if lane == "compute" and x] == [(4, "B"), (4, "A")]
+    assert nested.step_ms == pytest.approx(8.75)  # B's recomputation runs once
+    apart = simulate([1] * 4, [1] * 4, both(()), LANES)
+    assert apart.peak_bytes == 100 * MB and apart.step_ms == pytest.approx(8.75)
+    kept = simulate([1] * 4, [1] * 4, both(("A",), a=KEEP), LANES, record=True)
+    assert [(op, x) for lane, op, x, *_ in kept.events if lane == "compute" and x] == [(7, "B")]
+
+
 def test_exchange_gives_the_copy_engine_to_the_value_dearest_to_recompute(monkeypatch):
     # Found by a random search over small cases (as on HF Llama's decoder layer): phase
     # 1 offloads T2, whose copy hides at once though it costs 0.1 ms to recompute, and

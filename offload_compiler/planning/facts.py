@@ -141,6 +141,7 @@ def _gather(fw_gm: fx.GraphModule, bw_gm: fx.GraphModule, num_fwd_outputs: int,
     fused = fused_backward_reads(joint_gm.graph, saved={joint[n] for n in saved if n in joint}) \
         if joint_gm is not None else set()
     tensors, options, chains = [], {}, {}
+    read_by: dict[str, list[str]] = {}  # saved value -> the recompute chains that read it
     for c in candidates:
         node = fw_by_name[c.name]
         placeholder = bw_inputs.get(c.name)
@@ -178,7 +179,10 @@ def _gather(fw_gm: fx.GraphModule, bw_gm: fx.GraphModule, num_fwd_outputs: int,
             why_not_offload="" if c.eligible else c.reason, why_not_recompute=why_not,
         )
         chains[c.name] = [n.name for n in chain]
+        for read in sorted({a.name for n in chain for a in n.all_input_nodes if a.name in saved} - set(chains[c.name])):
+            read_by.setdefault(read, []).append(c.name)
     tensors = _share_recomputation(tensors, chains, joint, cost)
+    tensors = [dataclasses.replace(x, read_by=tuple(read_by.get(x.name, ()))) for x in tensors]
     # What a backward op writes is held while it runs; not when written over its input.
     bw_out = [tensor_bytes(n.meta.get("val"))
               if is_materialized(n) and bw_live.pos[n] not in bw_live.inplace else 0

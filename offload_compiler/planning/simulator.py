@@ -17,8 +17,8 @@ The model:
   duration after its planned end; a compute op that starts while a copy runs takes
   ``Lanes.compute_slowdown`` longer (only the ops ``slowed`` names, when given);
 - a recomputed tensor is not held between its last forward use and backward; it costs
-  ``recompute_ms`` of compute right before its first backward use, less ``shared_ms``
-  when another tensor of its ``group`` was recomputed before it;
+  ``recompute_ms`` of compute right before its first backward use (or that of a recomputation
+  reading it: :mod:`.nested`), less ``shared_ms`` when another of its ``group`` was recomputed before it;
 - a kept tensor is held to its last backward use;
 - the host issues everything in order, from the forward's start: ``Lanes.host_us`` per
   op that takes GPU time (and per recomputation), ``Lanes.op_host_us`` per transfer op
@@ -80,6 +80,7 @@ from typing import Any
 from ..decision import KEEP, OFFLOAD, RECOMPUTE, Decision
 from .copy_lanes import (Lanes, copy_ms, earliest_release, next_call_point, release_bounds,
                          releases_now, reload_points)
+from .nested import recompute_points
 from .step_peak import Transient, levels_of
 
 
@@ -107,6 +108,7 @@ class SimTensor:
     recomputed in backward."""
     shared_ms: float = 0.0
     """The part of ``recompute_ms`` that the group shares."""
+    read_by: tuple[str, ...] = ()  # tensors whose recompute chains read it (:mod:`.nested`)
 
 
 @dataclass
@@ -288,9 +290,10 @@ def simulate(fw_ms: list[float], bw_ms: list[float], tensors: list[SimTensor], l
     bw_at: dict[int, tuple[list[SimTensor], list[SimTensor], list[SimTensor]]] = {}
     for x in offloaded:
         bw_at.setdefault(reload_before[x.name], ([], [], []))[0].append(x)
+    points = recompute_points(tensors)  # nested recomputations are made where their readers are
     for x in tensors:
         if x.decision != KEEP:
-            bw_at.setdefault(x.first_bw_use, ([], [], []))[1].append(x)
+            bw_at.setdefault(points.get(x.name, x.first_bw_use), ([], [], []))[1].append(x)
         bw_at.setdefault(x.last_bw_use, ([], [], []))[2].append(x)
 
     first = [x for x in offloaded if reload_before[x.name] == 0] if chained and n_bw else []
@@ -407,10 +410,8 @@ def simulate(fw_ms: list[float], bw_ms: list[float], tensors: list[SimTensor], l
         peak_time_ms=peak_t, end_of_forward_bytes=end_fw, call_peak_bytes=call_peak, release_after=release_after,
         reload_before=reload_before, copy_ms=copy_time, hidden_ms=hidden, events=events,
         memory=curve, step_peak_bytes=step_peak, step_peak_time_ms=step_peak_t, step_peak_holders=holders or [],
-        d2h_spill_ms=spill, carried_bytes=carried_out,
-        prefetch_lead_ms=t - prefetch_start if next_call is not None else 0.0,
-        next_call_before=next_call, prefetched=tuple(x.name for x in first),
-    )
+        d2h_spill_ms=spill, carried_bytes=carried_out, next_call_before=next_call,
+        prefetch_lead_ms=t - prefetch_start if next_call is not None else 0.0, prefetched=tuple(x.name for x in first))
 
 
 #: The call before the first one simulated in a chain: nothing spilled or carried, its
