@@ -8,6 +8,7 @@ own predictions; the backend then acts on it as it would on a GPU.
 import contextlib
 import dataclasses
 import logging
+import re
 import types
 
 import pytest
@@ -558,7 +559,12 @@ def test_a_limit_no_plan_meets_names_the_shortfall():
     with pytest.raises(Exception, match=r"memory_limit cannot be met.*[0-9] (B|KiB|MiB|GiB) short") as info:
         train(model, batch, backend(**OPTIONS, memory_limit="64KiB"), steps=1)
     chain = [info.value, *(getattr(info.value, a) for a in ("__cause__", "inner_exception") if getattr(info.value, a, None))]
-    assert any(isinstance(e, MemoryLimitError) for e in chain)
+    error = next(e for e in chain if isinstance(e, MemoryLimitError))
+    # It says what holds that least peak, in the user's terms (op, module, phase, source line).
+    heading, activations, *held = str(error).split("short. Raise")[1].split("\n")[1:]
+    assert heading == "  at that plan's predicted step peak:"
+    assert activations.startswith("    ") and activations.endswith("activations saved for backward (kept, reloaded or recomputed)")
+    assert held and all(re.match(r"    [0-9.]+ (B|KiB|MiB) \S+ \(.*(forward|backward).*\.py:\d+ in ", x) for x in held)
 
 
 def test_disagreements_and_corrections_are_relative_to_the_prediction():

@@ -19,6 +19,7 @@ import torch
 
 from ..config import OffloadConfig
 from ..nbytes import nbytes_text
+from ..reporting.records import peak_holders
 from .replan import TOLERANCE, Corrections, MemoryLimitError
 
 progress = logging.getLogger("offload_compiler.progress")
@@ -201,4 +202,11 @@ def _least(tried: list[Any], peak: Callable[[Any], int], available: int, correct
         f"held before the forward, and {nbytes_text(available)} is available under the limit "
         f"of {nbytes_text(corrections.limit_bytes or 0)}: {nbytes_text(short)} short"
         f"{' (as measured)' if corrections.measured_call is not None else ''}. Raise "
-        "memory_limit, use a smaller batch, or shard the model.")
+        "memory_limit, use a smaller batch, or shard the model."
+        + "".join(f"\n  {line}" for line in _holding(least)))
+
+
+def _holding(plan: Any) -> list[str]:
+    """What the least step peak is made of, as predicted (a heading, then the holders)."""
+    lines = peak_holders(getattr(plan, "final", None), most=5)
+    return ["at that plan's predicted step peak:"] + [f"  {line}" for line in lines] if lines else []

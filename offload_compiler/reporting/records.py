@@ -244,21 +244,7 @@ class GraphPlan:
         (op, module, source line; where Inductor writes one early, in a kernel fused with
         an earlier op's, which; where its pool holds one past its last read, until which
         op). Empty without a recorded simulation."""
-        sim = self.simulation
-        if sim is None or not sim.step_peak_holders or sim.origins is None:
-            return []
-        activations, *others = sim.step_peak_holders
-        out = [f"{nbytes_text(activations)} activations saved for backward (kept, reloaded or recomputed)"]
-        for h in others[:most]:
-            origin = sim.origins.op(h.op)
-            phase = "backward" if sim.origins.in_backward(h.op) else "forward"
-            what = (f"{'workspace of ' if h.workspace else ''}{origin.node} ({origin.label}, {phase}"
-                    + (f", {origin.source})" if origin.source else ")"))
-            held = (f", written early with {sim.origins.op(h.first).node}" if h.first < h.op else "")
-            held += (f", held in Inductor's pool until {sim.origins.op(h.until).node}"
-                     if h.until > h.last else "")
-            out.append(f"{nbytes_text(h.nbytes)} {what}{held}")
-        return out
+        return peak_holders(self.simulation, most)
 
     @property
     def activations(self) -> list[DecisionRecord]:
@@ -330,3 +316,21 @@ def _signed(fraction: float) -> str:
     return f"{fraction * 100:+.1f}%"
 
 
+def peak_holders(sim: Any, most: int = 10) -> list[str]:
+    """What a recorded simulation's (``SimResult``) step peak is made of: the activations
+    held there, then the ``most`` largest other tensors live there, in the user's terms
+    (``GraphPlan.predicted_holders``). Empty without a recorded simulation."""
+    if not getattr(sim, "step_peak_holders", None) or getattr(sim, "origins", None) is None:
+        return []
+    activations, *others = sim.step_peak_holders
+    out = [f"{nbytes_text(activations)} activations saved for backward (kept, reloaded or recomputed)"]
+    for h in others[:most]:
+        origin = sim.origins.op(h.op)
+        phase = "backward" if sim.origins.in_backward(h.op) else "forward"
+        what = (f"{'workspace of ' if h.workspace else ''}{origin.node} ({origin.label}, {phase}"
+                + (f", {origin.source})" if origin.source else ")"))
+        held = (f", written early with {sim.origins.op(h.first).node}" if h.first < h.op else "")
+        held += (f", held in Inductor's pool until {sim.origins.op(h.until).node}"
+                 if h.until > h.last else "")
+        out.append(f"{nbytes_text(h.nbytes)} {what}{held}")
+    return out
