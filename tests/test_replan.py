@@ -1009,7 +1009,8 @@ class _Plan:
     """What ``fit_limit`` reads of a realised plan."""
 
     def __init__(self, act, step_peak, step_ms):
-        self.final = types.SimpleNamespace(peak_bytes=act, step_peak_bytes=step_peak, step_ms=step_ms)
+        self.final = types.SimpleNamespace(peak_bytes=act, step_peak_bytes=step_peak, step_ms=step_ms,
+                                           step_peak_holders=[])
 
 
 def _u_shaped(least_act=100 << 20):

@@ -208,5 +208,5 @@ def _least(tried: list[Any], peak: Callable[[Any], int], available: int, correct
 
 def _holding(plan: Any) -> list[str]:
     """What the least step peak is made of, as predicted (a heading, then the holders)."""
-    lines = peak_holders(getattr(plan, "final", None), most=5)
+    lines = peak_holders(plan.final, most=5)
     return ["at that plan's predicted step peak:"] + [f"  {line}" for line in lines] if lines else []

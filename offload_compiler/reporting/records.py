@@ -320,7 +320,7 @@ def peak_holders(sim: Any, most: int = 10) -> list[str]:
     """What a recorded simulation's (``SimResult``) step peak is made of: the activations
     held there, then the ``most`` largest other tensors live there, in the user's terms
     (``GraphPlan.predicted_holders``). Empty without a recorded simulation."""
-    if not getattr(sim, "step_peak_holders", None) or getattr(sim, "origins", None) is None:
+    if sim is None or not sim.step_peak_holders or sim.origins is None:
         return []
     activations, *others = sim.step_peak_holders
     out = [f"{nbytes_text(activations)} activations saved for backward (kept, reloaded or recomputed)"]
