@@ -51,26 +51,22 @@ The generated code calls each transfer op's Python kernel without the dispatcher
 each op's host time, four ops per offloaded tensor per step (``benchmarks/RESULTS.md``,
 session 39).
 
-A backward with transfer ops is also compiled without Inductor's buffer pool
-(``allow_buffer_reuse``): Inductor keeps a dead buffer for a later one of its size
-wherever its own estimate of the graph's peak allows, and in a backward that estimate
-is wrong twice. It sizes Inductor's buffers only in the peak-memory reordering (off for
-these graphs), so only the graph's inputs count; and it counts the offloaded tensors'
-host copies, inputs of backward, as device memory. Its peak is then at backward's start,
-and the pool held dead buffers across the real peak of a plan that offloads (on HF
-Llama, six dead 176 MiB buffers through a layer's attention backward;
-``planning/step_peak.py``). Session 39 tried keeping the pool in both graphs with an
-estimate that sizes every buffer and leaves out host memory: HF Llama's step peak at
-budget 0.125 was 2.87 GiB (predicted 2.95) against 2.20 without the pool
-(``benchmarks/RESULTS.md``, session 39). The CUDA caching allocator takes each freed
-buffer back for the next one of its size; the host pays for it: ResNet-50 with nothing
-moved, compiled so in one process beside Inductor's own compile, made 624 allocations
-per forward against 327 and took the host about 1 to 2 ms more of a 27 ms step
-(session 40), and a plan that offloaded 26 tensors made 616 and 570 a forward and a
-backward against 327 and 376 (session 47). A forward with transfer ops keeps the pool:
-its estimate counts the graph's outputs and leaves out the host copies
-(``reuse_estimate.py``), so it sizes what the forward holds on the device, as the
-planner's step-peak replay does.
+A backward with transfer ops keeps Inductor's buffer pool (``allow_buffer_reuse``) only
+where its plan says so (:func:`plan_pool`): where the planner's replay of the pool finds it
+holds no dead buffer at the step's peak (``planning/step_peak.py``). Inductor keeps a dead
+buffer for a later one of its size wherever its own estimate of the graph's peak allows;
+the backend's compiles weigh that against an estimate that sizes every buffer and leaves
+out the host copies (``reuse_estimate.py``), which still misses what a kernel allocates
+inside itself. Before that estimate, Inductor's own counted the offloaded tensors' host
+copies as device memory and sized only the inputs, and on HF Llama the pool held six dead
+176 MiB buffers through a layer's attention backward (session 36); until session 51 every
+backward with transfer ops went without the pool. Without it the CUDA caching allocator
+takes each freed buffer back for the next one of its size, and the host pays for it: a
+plan that offloaded 26 tensors of ResNet-50 made 616 and 570 device allocations a forward
+and a backward against 327 and 376 (session 47), and one plan's backward 856 against 424
+with the pool (session 50). A forward with transfer ops always keeps the pool: its estimate
+counts the graph's outputs and leaves out the host copies, so it sizes what the forward
+holds on the device, as the planner's step-peak replay does.
 """
 
 from __future__ import annotations
@@ -193,23 +189,37 @@ def compile_inner(gm, example_inputs, **kwargs: Any):
     """Inductor's ``compile_fx_inner`` for one graph of the backend's (forward or
     backward, compiled inside ``compile_fx``): a graph with transfer ops is compiled
     without Inductor's peak-memory reordering, so its copies are issued where the plan
-    put them, and a backward with them without its buffer pool (see the module
-    docstring); any other graph as Inductor would. Each buffer pool is weighed against an
+    put them, and a backward with them with its buffer pool only where the plan keeps it
+    (:func:`plan_pool`; the module docstring); any other graph as Inductor would. Each buffer pool is weighed against an
     estimate of the graph's peak that counts its outputs and not its host copies
     (``reuse_estimate.py``)."""
     from torch._inductor import config
     from torch._inductor.compile_fx import compile_fx_inner
 
     patches: dict[str, Any] = {}
-    if any(is_transfer(n) for n in gm.graph.nodes):
+    transfers = [n for n in gm.graph.nodes if is_transfer(n)]
+    if transfers:
         patches["reorder_for_peak_memory"] = False
-        patches["allow_buffer_reuse"] = not kwargs.get("is_backward", False)
+        patches["allow_buffer_reuse"] = not kwargs.get("is_backward", False) or all(
+            n.meta.get(_POOL, False) for n in transfers)
         if hasattr(config, "_post_fusion_custom_pass"):
             patches["_post_fusion_custom_pass"] = _transfer_pass(config._post_fusion_custom_pass)
     reuse_estimate.install()
     # The backward compiles at its first call, outside the backend's compile scope.
     with fewer_collections(), config.patch(patches), reuse_estimate.counting():
         return compile_fx_inner(gm, example_inputs, **kwargs)
+
+
+_POOL = "offload_buffer_pool"  # on a backward's transfer ops: the plan keeps Inductor's buffer pool
+
+
+def plan_pool(bw_gm, pool_bytes: int | None) -> None:
+    """Tell :func:`compile_inner` whether ``bw_gm`` (a backward with transfer ops) keeps
+    Inductor's buffer pool: where its plan's replay found the pool adds nothing to the
+    step peak (``pool_bytes`` 0; ``None``: not simulated, no pool)."""
+    for n in bw_gm.graph.nodes:
+        if is_transfer(n):
+            n.meta[_POOL] = pool_bytes == 0
 
 
 def _transfer_pass(previous):

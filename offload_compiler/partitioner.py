@@ -35,6 +35,7 @@ from passes.insert_transfers import use_graph_slots
 
 from passes.schedule_prefetches import NEXT_CALL, link_calls
 
+from . import lowering
 from .config import OffloadConfig
 from .gc_scope import fewer_collections
 from .planning import Partition, PlannedGraph, plan_graph
@@ -172,6 +173,7 @@ class OffloadPartitioner(CustomPartitionerFn):
         if self.config.per_block:
             link_calls(fw_gm, bw_gm, (planned.issue_before or {}).get(NEXT_CALL))
         annotate_streams(fw_gm, bw_gm)
+        lowering.plan_pool(bw_gm, getattr(plan.simulation, "bw_pool_cost", None))
         plan.fw_graph, plan.bw_graph = fw_gm, bw_gm
         dumper.stage("scheduled", fw_gm, bw_gm)
         if self.graph_slots:

@@ -9,7 +9,7 @@ import bisect
 
 from offload_compiler.decision import OFFLOAD, RECOMPUTE
 from offload_compiler.planning.simulator import Lanes, SimResult, SimTensor, Transient, copy_ms
-from offload_compiler.planning.step_peak import step_peak_of
+from offload_compiler.planning.step_peak import step_peak_and_pool
 
 
 def simulate_reference(fw_ms: list[float], bw_ms: list[float], tensors: list[SimTensor],
@@ -214,11 +214,11 @@ def simulate_reference(fw_ms: list[float], bw_ms: list[float], tensors: list[Sim
             peak, peak_t = held, time_ms
         if record:
             curve.append((time_ms, held))
-    step_peak, step_peak_t, holders = (0, 0.0, [])
+    step_peak, step_peak_t, pool_cost, holders = (0, 0.0, 0, [])
     if transients is not None:
-        # A plan that offloads compiles its backward without Inductor's buffer pool.
-        step_peak, step_peak_t = step_peak_of(mem_deltas, transients, op_span, n_fw, (True, not offloaded),
-                                              holders if record else None)
+        # A plan that offloads keeps Inductor's buffer pool in its backward where it adds nothing.
+        step_peak, step_peak_t, pool_cost = step_peak_and_pool(
+            mem_deltas, transients, op_span, n_fw, (True, None if offloaded else True), holders if record else None)
     call_peak = peak
     spill = max(0.0, d2h_free - fw_end)
     if chained:  # what a call holds while the other calls run (module docstring)
@@ -232,7 +232,7 @@ def simulate_reference(fw_ms: list[float], bw_ms: list[float], tensors: list[Sim
         peak_time_ms=peak_t, end_of_forward_bytes=end_fw, call_peak_bytes=call_peak, release_after=release_after,
         reload_before=reload_before, copy_ms=copy_time, hidden_ms=hidden, events=events,
         memory=curve, step_peak_bytes=step_peak, step_peak_time_ms=step_peak_t, step_peak_holders=holders,
-        d2h_spill_ms=spill, carried_bytes=carried_out,
+        d2h_spill_ms=spill, carried_bytes=carried_out, bw_pool_cost=pool_cost,
         prefetch_lead_ms=t - prefetch_start if next_call is not None else 0.0,
         next_call_before=next_call, prefetched=tuple(x.name for x in first),
     )

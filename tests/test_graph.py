@@ -469,14 +469,14 @@ def _pooled_reuses(code: str) -> list[str]:
             and not re.match(rf"\w+\({m.group(1)}[,)]", lines[i + 1])]
 
 
-@pytest.mark.parametrize("compile_inner", ["backend", "inductor"])
-def test_a_backward_with_transfers_is_compiled_without_inductors_buffer_pool(compile_inner):
+@pytest.mark.parametrize("compile_inner", ["backend", "backend, pool kept", "inductor"])
+def test_a_backward_with_transfers_keeps_inductors_buffer_pool_only_where_its_plan_does(compile_inner):
     """Inductor's pool keeps a dead buffer for a later one of its size where its own
-    estimate of the peak allows; in a backward that estimate counts offloaded tensors'
-    host copies as device memory, and on HF Llama the pool held six dead 176 MiB buffers
-    across the real peak of a plan that offloads (``planning/step_peak.py``, session 36).
-    The backend compiles a backward with transfer ops without the pool: every dead buffer
-    is freed and the next one allocated (a forward with them keeps it:
+    estimate of the peak allows. The backend compiles a backward with transfer ops with
+    the pool only where its plan says the pool adds nothing to the step peak
+    (``lowering.plan_pool``, ``planning/step_peak.py``); a plan whose replay found it
+    would (``pool_bytes`` above 0), or a graph no plan marked, gets every dead buffer freed
+    and the next one allocated (a forward with them always keeps it:
     :func:`test_a_forward_that_offloads_allocates_no_more_than_with_nothing_moved`).
     ``inductor``: Inductor's own inner compile reuses the dead buffer in the same backward
     (the test's premise)."""
@@ -487,7 +487,9 @@ def test_a_backward_with_transfers_is_compiled_without_inductors_buffer_pool(com
 
     args = [torch.randn(512, 512) for _ in range(3)]
     gm = make_fx(_dead_buffers_amid_a_copy)(*args)
-    inner = lowering.compile_inner if compile_inner == "backend" else compile_fx_inner
+    if compile_inner != "inductor":
+        lowering.plan_pool(gm, 0 if compile_inner == "backend, pool kept" else 2**20)
+    inner = compile_fx_inner if compile_inner == "inductor" else lowering.compile_inner
     with torch._inductor.config.patch(allow_buffer_reuse=True):
         out, (code,) = run_and_get_code(lambda: inner(gm, list(args), is_backward=True)(list(args)))
     reused = _pooled_reuses(code)
@@ -814,20 +816,27 @@ def test_a_forward_that_offloads_allocates_no_more_than_with_nothing_moved():
     (as it is in these graphs) Inductor sizes none of them, and its pool then took no dead
     buffer: on ResNet-50 on an H100, 614 device allocations a forward against 327 with
     nothing moved (session 48). Here, a forward that offloads every activation makes no more
-    allocations than the same forward with nothing moved, and gives the same gradients."""
+    allocations than the same forward with nothing moved, and gives the same gradients. Its
+    backward, whose pool the plan's replay found adds nothing to the step peak, keeps the
+    pool too (``lowering.plan_pool``): no more allocations than nothing moved's backward."""
     from models import Bottlenecks
 
     x = torch.randn(16, 3, 16, 16)
-    made, grads = {}, {}
+    made, grads, pool_bytes = {}, {}, {}
     for name, options in (("none", dict(policy="none")), ("offload", dict(policy="all"))):
         torch.manual_seed(0)
         model = Bottlenecks()
-        compiled = torch.compile(model, backend=backend(**loopback(min_offload_bytes=0, **options)))
+        planner = backend(**loopback(min_offload_bytes=0, **options))
+        compiled = torch.compile(model, backend=planner)
         _, codes = run_and_get_code(lambda: compiled(x).sum().backward())
-        made[name] = (_forward_allocations(codes[0]), codes[0].count("offload.d2h"))
+        made[name] = (_forward_allocations(codes[0]), codes[0].count("offload.d2h"),
+                      _forward_allocations(codes[1]), codes[1].count("offload.h2d"))
         grads[name] = [p.grad for p in model.parameters()]
+        pool_bytes[name] = [p.predicted.bw_pool_bytes for p in planner.plans if p.predicted]
         torch._dynamo.reset()
-    assert made["none"][1] == 0 and made["offload"][1] > 0, made
+    assert made["none"][1] == made["none"][3] == 0 and made["offload"][1] > 0 and made["offload"][3] > 0, made
     assert made["offload"][0] <= made["none"][0], made
+    assert pool_bytes["offload"] == [0], pool_bytes
+    assert made["offload"][2] <= made["none"][2], made
     for got, want in zip(grads["offload"], grads["none"]):
         torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)

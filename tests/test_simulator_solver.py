@@ -395,22 +395,38 @@ def test_the_step_peaks_holders_name_what_is_live_there_and_sum_to_it():
     assert step_peak_of([(0.0, 0, 2 * MB)], spans, [(0.0, 1.0), (1.0, 2.0)], 2) == (peak, _)
 
 
-def test_an_offload_plan_frees_what_inductors_pool_would_hold_for_its_estimate():
+def test_an_offload_plan_keeps_backwards_pool_where_it_holds_nothing_at_the_step_peak():
     # One forward op, five backward ops (global 1..5). A (6 MB) is read by bw op 0
-    # (global 1). In backward, P (4 MB) dies at op 2, G (3 MB) lives at op 3, and Q
-    # (4 MB, P's key) is allocated at op 4.
-    trans = [_pool(4 * MB, 2, 2), Transient(3 * MB, 3, 3), _pool(4 * MB, 4, 4)]
-    # A kept: backward's estimated peak is A's 6 MB at op 1. Holding P over op 3
-    # would make 7 MB there: P is freed, and the step peak is 6 MB.
+    # (global 1). In backward, P (4 MB) dies at op 2, G (1 MB) lives at op 3, and Q
+    # (4 MB, P's key) is allocated at op 4. Backward's estimated peak is A's 6 MB at
+    # op 1; holding P over op 3 makes 5 MB there, under it: P is held for Q, and the
+    # step peak is A's 6 MB with the pool or without.
+    trans = [_pool(4 * MB, 2, 2), Transient(MB, 3, 3), _pool(4 * MB, 4, 4)]
     kept = simulate([1], [1] * 5, [T("A", 6 * MB, 0, 0, 0, 0)], LANES, transients=trans)
-    assert kept.step_peak_bytes == 6 * MB
-    # A offloaded (copies take no time): Inductor's estimate would count A's host copy,
-    # an input of backward, as 6 MB more at op 1 and hold P to op 3 (7 MB with G). A
-    # plan that offloads is compiled without the pool (``lowering.compile_inner``): P
-    # is freed where it dies, and the step peak is A's 6 MB again.
-    off = simulate([1], [1] * 5, [T("A", 6 * MB, 0, 0, 0, 0, OFFLOAD)], Lanes(1e6, 1e6),
-                   transients=trans)
-    assert off.step_peak_bytes == 6 * MB
+    off = simulate([1], [1] * 5, [T("A", 6 * MB, 0, 0, 0, 0, OFFLOAD)], Lanes(1e6, 1e6), transients=trans)
+    assert kept.step_peak_bytes == off.step_peak_bytes == 6 * MB
+    assert off.bw_pool_cost == 0  # compiled with the pool (``lowering.compile_inner``)
+    # G 3 MB: holding P would make 7 MB at op 3, over the estimate's peak: P is freed.
+    trans[1] = Transient(3 * MB, 3, 3)
+    off = simulate([1], [1] * 5, [T("A", 6 * MB, 0, 0, 0, 0, OFFLOAD)], Lanes(1e6, 1e6), transients=trans)
+    assert off.step_peak_bytes == 6 * MB and off.bw_pool_cost == 0
+
+
+def test_an_offload_plan_goes_without_backwards_pool_where_it_would_raise_the_step_peak():
+    # As above, but op 3 holds a 6 MB workspace, allocated inside its kernel, which
+    # Inductor's estimate never sees: the pool holds P there (4 MB + 0 under the
+    # estimate's 6 MB), and the step peak would be 10 MB. A plan that offloads has its
+    # backward compiled without the pool then: P freed where it dies, a step peak of
+    # 6 MB, and the 4 MB the pool would add said. A plan without transfer ops is
+    # compiled as Inductor would compile it, the pool held.
+    trans = [_pool(4 * MB, 2, 2), Transient(6 * MB, 3, 3, workspace=True), _pool(4 * MB, 4, 4)]
+    kept = simulate([1], [1] * 5, [T("A", 6 * MB, 0, 0, 0, 0)], LANES, transients=trans)
+    assert kept.step_peak_bytes == 10 * MB and kept.bw_pool_cost == 0
+    off = simulate([1], [1] * 5, [T("A", 6 * MB, 0, 0, 0, 0, OFFLOAD)], Lanes(1e6, 1e6), transients=trans,
+                   record=True)
+    assert off.step_peak_bytes == 6 * MB and off.bw_pool_cost == 4 * MB
+    activations, *live = off.step_peak_holders  # named as without the pool
+    assert activations + sum(h.nbytes for h in live) == 6 * MB
 
 
 def _hosted(host_us, op_host_us):

@@ -138,11 +138,9 @@ class SimResult:
     """Peak of activations and ``transients`` together (0 without ``transients``)."""
     step_peak_time_ms: float = 0.0
     step_peak_holders: list = field(default_factory=list)
-    """With ``record`` and transients: the activation bytes held at the step peak, then
-    each other tensor live there (``step_peak.Holder``), largest first."""
+    """(``record``, transients) activation bytes at the step peak, then each other tensor live there."""
     origins: Any = field(default=None, repr=False, compare=False)
-    """Ops and tensors of :attr:`events` in the user's terms (``reporting.timeline.Origins``,
-    set by ``facts.final_simulation``), for reports; never read here."""
+    """:attr:`events`' ops and tensors as users name them (``reporting.timeline.Origins``; reports only)."""
     call_peak_bytes: int = 0
     """The peak within the step (``peak_bytes`` but with ``Lanes.chained``)."""
     d2h_spill_ms: float = 0.0
@@ -152,6 +150,9 @@ class SimResult:
     """Chained: how long before the end of backward the next call's first reloads start."""
     next_call_before: int | None = None  # chained: the backward op they are issued before
     prefetched: tuple[str, ...] = ()  # chained: reloads the previous call prefetched
+    bw_pool_cost: int = 0
+    """Bytes Inductor's buffer pool would add to the step peak in a backward with transfer
+    ops, which is compiled without it where this is above 0 (``step_peak.step_peak_and_pool``)."""
 
 
 def simulate(fw_ms: list[float], bw_ms: list[float], tensors: list[SimTensor], lanes: Lanes,
@@ -381,10 +382,9 @@ def simulate(fw_ms: list[float], bw_ms: list[float], tensors: list[SimTensor], l
 
     # ---- memory ---------------------------------------------------------------
     holders: list | None = [] if record else None  # only a recorded timeline names them
-    peak, peak_t, end_fw, between, curve, step_peak, step_peak_t = levels_of(
+    peak, peak_t, end_fw, between, curve, step_peak, step_peak_t, pool_cost = levels_of(
         changes, outs, bw_order, fw_end, in_order=in_order, record=record, op_span=op_span,
-        transients=transients, pools=(True, not offloaded), n_fw=n_fw,  # backward with a transfer op: no pool
-        holders=holders)
+        transients=transients, pools=(True, None if offloaded else True), n_fw=n_fw, holders=holders)
     call_peak = peak
     spill = max(0.0, d2h_free - fw_end)
     if chained:  # what a call holds while the other calls run (module docstring)
@@ -410,7 +410,7 @@ def simulate(fw_ms: list[float], bw_ms: list[float], tensors: list[SimTensor], l
         peak_time_ms=peak_t, end_of_forward_bytes=end_fw, call_peak_bytes=call_peak, release_after=release_after,
         reload_before=reload_before, copy_ms=copy_time, hidden_ms=hidden, events=events,
         memory=curve, step_peak_bytes=step_peak, step_peak_time_ms=step_peak_t, step_peak_holders=holders or [],
-        d2h_spill_ms=spill, carried_bytes=carried_out, next_call_before=next_call,
+        d2h_spill_ms=spill, carried_bytes=carried_out, next_call_before=next_call, bw_pool_cost=pool_cost,
         prefetch_lead_ms=t - prefetch_start if next_call is not None else 0.0, prefetched=tuple(x.name for x in first))
 
 

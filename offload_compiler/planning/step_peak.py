@@ -27,22 +27,24 @@ compiles (``reuse_estimate.py``: torch 2.11's cancels them, and refused nearly e
 reuse in a training forward). (:class:`Transient`
 carries the key and whether a buffer enters or leaves the pool.)
 
-A plan that offloads compiles its backward without that pool (``lowering.compile_inner``:
-Inductor's ``allow_buffer_reuse`` off), and its step peak frees every buffer of backward
-where it dies. Inductor's estimate sizes only the graph's inputs there (its buffers are
-sized by the peak-memory reordering, off for these graphs), on any device, so it counts
-the host copies of offloaded tensors as device memory (from the start of backward to
-their reload) and puts backward's peak at its start; against that estimate, holding a
-dead buffer later in backward looks free, and the pool held dead buffers across the
-real peak: on HF Llama (8 layers, batch 4 of 4096) at an activation budget of 0.125, six
-176 MiB MLP buffers through a layer's attention backward, a step peak of 2.87 GiB
-measured (2.93 predicted) against 2.41 predicted without the pool
-(``benchmarks/RESULTS.md``, session 36; measured 2.20 GiB without it in session 37). Its
-forward keeps the pool, weighed against an estimate that sizes its buffers and leaves the
-host copies out, as the replay does (``reuse_estimate.py``; ``pools``: whether forward and
-backward have a pool). With the pool off the CUDA caching allocator takes each freed buffer back
-for the next one of its size. Graphs the eager inner compiler runs have no pool either
-(``facts.gather(pool=False)``: no transient carries a key).
+A plan that offloads keeps that pool in its backward only where it costs no memory
+(``pools[1]`` ``None``: :func:`step_peak_and_pool` replays the backward with the pool and
+without, and keeps it where it raises the step peak by nothing; ``lowering.compile_inner``
+compiles the backward as the plan says). Inductor's estimate of a backward with transfer
+ops, as the backend compiles it, sizes every buffer and leaves out the host copies of
+offloaded tensors (``reuse_estimate.py``), as the replay does; even so the pool holds
+dead buffers up to that estimate's peak, and a kernel's workspace, which the estimate never
+sees, comes on top: planned for an H100, a Llama layout
+(``benchmarks/results/2026-12-08_s51_llama_probe.py``) at an activation budget of 0.125
+had a step peak of 2.42 GiB with the pool (four dead 176 MiB MLP buffers through an
+attention backward that allocates 128 MiB inside its kernel) and 2.28 without. Until session 51 every backward with transfer ops went without the pool
+(session 36 measured HF Llama's at 2.87 GiB with a pool weighed against Inductor's own
+estimate, which counted the host copies as device memory and sized only the inputs);
+without it the CUDA caching allocator takes each freed buffer back for the next one of its
+size, and the host pays an allocation and a free for each (a ResNet-50 plan's backward
+made 856 device allocations without the pool against 424 with it, session 50). Graphs the
+eager inner compiler runs have no pool (``facts.gather(pool=False)``: no transient carries
+a key).
 """
 
 from __future__ import annotations
@@ -96,13 +98,14 @@ _TIME, _DELTA = operator.itemgetter(0), operator.itemgetter(1)
 def levels_of(changes: list[tuple[float, int]], outs: list[int], bw_order: int, fw_end: float, *,
               in_order: bool, record: bool, op_span: list[tuple[float, float]] | None,
               transients: list | None, pools: tuple[bool, bool], n_fw: int,
-              holders: list | None = None) -> tuple[int, float, int, int, list, int, float]:
+              holders: list | None = None) -> tuple[int, float, int, int, list, int, float, int]:
     """The simulator's memory figures from its memory ``changes`` (``(time_ms, bytes)``
     in the order made; ``outs``: which are backward outputs; from ``bw_order`` on,
     backward's): ``(peak, peak_time, end_of_forward, between, curve, step_peak,
-    step_peak_time)``. ``between`` is what is held after forward's last change; the
-    step peak (with ``op_span`` and ``transients``) replays Inductor's buffer pool in the
-    graphs ``pools`` (forward, backward) says are compiled with it (module docstring).
+    step_peak_time, pool_cost)``. ``between`` is what is held after forward's last change;
+    the step peak (with ``op_span`` and ``transients``) replays Inductor's buffer pool in
+    the graphs ``pools`` (forward, backward) says are compiled with it, ``pool_cost`` what
+    the backward's would add (:func:`step_peak_and_pool`; module docstring).
     ``holders``: a list to fill with what is live at the step peak (:func:`step_peak_of`)."""
     times, deltas = list(map(_TIME, changes)), list(map(_DELTA, changes))
     order = None if in_order else sorted(range(len(changes)), key=times.__getitem__)  # stable
@@ -122,15 +125,16 @@ def levels_of(changes: list[tuple[float, int]], outs: list[int], bw_order: int, 
         last = max((p for p, j in enumerate(order) if j < bw_order), default=-1)
         between = levels[last] if last >= 0 else 0
     curve = list(zip(times, levels)) if record else []
-    step_peak, step_peak_t = (0, 0.0)
+    step_peak, step_peak_t, pool_cost = (0, 0.0, 0)
     if op_span is not None:
         skip = set(outs)
         activations = [(time_ms, j, delta) for j, (time_ms, delta) in enumerate(changes) if j not in skip]
-        step_peak, step_peak_t = step_peak_of(activations, transients, op_span, n_fw, pools, holders)
-    return peak, peak_t, end_fw, between, curve, step_peak, step_peak_t
+        step_peak, step_peak_t, pool_cost = step_peak_and_pool(activations, transients, op_span, n_fw, pools,
+                                                               holders)
+    return peak, peak_t, end_fw, between, curve, step_peak, step_peak_t, pool_cost
 
 
-def step_peak_of(mem_deltas, transients, op_span, n_fw, pools: tuple[bool, bool] = (True, True),
+def step_peak_of(mem_deltas, transients, op_span, n_fw, pools: tuple[bool, bool | None] = (True, True),
                  holders: list | None = None, *, estimated_besides: list[int] | None = None) -> tuple[int, float]:
     """Peak and its time of the activation deltas (without the backward outputs while
     their op runs: ``transients`` hold those longer) plus ``transients``: in a graph
@@ -140,30 +144,66 @@ def step_peak_of(mem_deltas, transients, op_span, n_fw, pools: tuple[bool, bool]
     activations, none by default); elsewhere each held to its last read. ``holders``
     (the final plan's simulation only: it costs a second pass): filled with the
     activation bytes held at the peak, then a :class:`Holder` per transient live there,
-    largest first."""
+    largest first. ``pools[1]`` ``None``: as :func:`step_peak_and_pool` chooses."""
+    return step_peak_and_pool(mem_deltas, transients, op_span, n_fw, pools, holders,
+                              estimated_besides=estimated_besides)[:2]
+
+
+def step_peak_and_pool(mem_deltas, transients, op_span, n_fw, pools: tuple[bool, bool | None] = (True, True),
+                       holders: list | None = None, *, estimated_besides: list[int] | None = None,
+                       ) -> tuple[int, float, int]:
+    """:func:`step_peak_of`'s peak and time, and the bytes backward's pool adds to that
+    peak: with ``pools[1]`` ``None``, the backward keeps the pool where it adds nothing
+    (module docstring), and otherwise the peak is the one without it; with ``pools[1]``
+    given, that pool as asked (0 bytes: not weighed)."""
     last = len(op_span) - 1
     spans = [Transient(*t) for t in transients if t[0] > 0 and 0 <= t[1] <= last]
     spans = [t._replace(last=min(max(t.last, t.first), last)) for t in spans]
     deltas = sorted((time_ms, delta) for time_ms, _, delta in mem_deltas)
-    if not any(pools):
+    weigh = pools[1] is None
+    both = (pools[0], True if weigh else pools[1])
+    if not any(both):
         extended = [t.last for t in spans]
     else:
         base = _held_per_op(deltas, op_span)
         if estimated_besides is not None:
             base = [a + b for a, b in zip(base, estimated_besides)]
-        extended = held_for_reuse(spans, base, n_fw, pools)
-    for t, until in zip(spans, extended):
-        deltas.append((op_span[t.first][0], t.nbytes))
-        deltas.append((op_span[until][1], -t.nbytes))
-    deltas.sort()  # at one instant, frees (negative) first
+        extended = held_for_reuse(spans, base, n_fw, both)
+    peak, peak_t, at, cost = *_peak_of(deltas, spans, extended, op_span), 0
+    if weigh:  # backward's pool takes the buffers that die in backward
+        without = [t.last if t.last >= n_fw else until for t, until in zip(spans, extended)]
+        if without != extended:
+            unpooled = _peak_of(deltas, spans, without, op_span)
+            cost = peak - unpooled[0]
+            if cost > 0:
+                (peak, peak_t, at), extended = unpooled, without
+    if holders is not None and at >= 0:
+        holders.extend(_live_at(at, _with_spans(deltas, spans, extended, op_span), mem_deltas, spans, extended,
+                                op_span))
+    return peak, peak_t, max(cost, 0)
+
+
+def _with_spans(deltas: list[tuple[float, int]], spans: list[Transient], until: list[int], op_span) -> list:
+    """``deltas`` (sorted) with each of ``spans`` held from its first op to op ``until``, sorted
+    (at one instant, frees, negative, first)."""
+    out = list(deltas)
+    for t, end in zip(spans, until):
+        out.append((op_span[t.first][0], t.nbytes))
+        out.append((op_span[end][1], -t.nbytes))
+    out.sort()
+    return out
+
+
+def _peak_of(deltas: list[tuple[float, int]], spans: list[Transient], until: list[int], op_span,
+             ) -> tuple[int, float, int]:
+    """Peak of ``deltas`` with ``spans`` (:func:`_with_spans`), its time, and the index of the
+    change that reaches it (-1: none)."""
     held, peak, peak_t, at = 0, 0, 0.0, -1
-    for i, (time_ms, delta) in enumerate(deltas):
+    for i, (time_ms, delta) in enumerate(_with_spans(deltas, spans, until, op_span)):
         held += delta
         if held > peak:
             peak, peak_t, at = held, time_ms, i
-    if holders is not None and at >= 0:
-        holders.extend(_live_at(at, deltas, mem_deltas, spans, extended, op_span))
-    return peak, peak_t
+    return peak, peak_t, at
 
 
 def _live_at(at: int, deltas: list[tuple[float, int]], mem_deltas, spans: list[Transient],

@@ -64,6 +64,9 @@ class Predictions(Mapping):
     kernels: tuple[int, int] = (0, 0)
     """The forward's and the backward's ops that take GPU time (what the host issues
     besides the transfer ops): a measurement of the host's time is spread over them."""
+    bw_pool_bytes: int = 0
+    """What Inductor's buffer pool would add to the step peak in a backward with transfer
+    ops; above 0 that backward is compiled without the pool (``planning/step_peak.py``)."""
 
     def __getitem__(self, key: str) -> Any:
         if key not in self._names():
@@ -110,6 +113,7 @@ class Predictions(Mapping):
             bw_compute_ms=compute_ms[1],
             bw_recompute_ms=compute_ms[2] if len(compute_ms) > 2 else 0.0,
             kernels=kernels,
+            bw_pool_bytes=final.bw_pool_cost,
         )
 
 

@@ -223,6 +223,9 @@ def summary_text(plan: GraphPlan) -> str:
             lines.append(f"  step peak        {nbytes_text(p.step_peak_bytes):>10} "
                          f"(nothing moved: {nbytes_text(p.baseline_step_peak_bytes)}; "
                          "with gradients and temporaries)")
+        if p.bw_pool_bytes:
+            lines.append(f"  backward without Inductor's buffer pool: it would hold dead buffers at the step "
+                         f"peak ({nbytes_text(p.bw_pool_bytes)} more)")
         lines.append(f"  step time        {p.step_ms:7.2f} ms  "
                      f"(nothing moved: {p.baseline_step_ms:.2f} ms; stalls {p.stall_ms:.2f} ms)")
     if plan.note:
