@@ -117,7 +117,26 @@ def trace_and_plan(model: torch.nn.Module, args: Sequence[Any], kwargs: Mapping[
                 "nonzero, ...) outside a compiled graph; planning without running has only shapes. "
                 "To see its plan, train a step with backend = offload_compiler.make_backend(...) "
                 "and print each plan.summary() of backend.plans") from error
+        except Exception as error:  # Dynamo wraps what the planner raised: the planner's own error
+            limit = _memory_limit_error(error)
+            if limit is None:
+                raise
+            raise limit from None
     return backend.plans
+
+
+def _memory_limit_error(error: BaseException) -> BaseException | None:
+    """The ``MemoryLimitError`` that ``error`` (as Dynamo raised it: ``BackendCompilerFailed``)
+    wraps, if any."""
+    from .planning.replan import MemoryLimitError
+
+    seen: set[int] = set()
+    while error is not None and id(error) not in seen:
+        if isinstance(error, MemoryLimitError):
+            return error
+        seen.add(id(error))
+        error = getattr(error, "inner_exception", None) or error.__cause__ or error.__context__
+    return None
 
 
 def _fake_mode():

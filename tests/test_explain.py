@@ -252,6 +252,20 @@ def test_cli_explain_refuses_bad_arguments_with_exit_2(tmp_path, capsys, args, m
     assert exit_.value.code == 2 and message in capsys.readouterr().err
 
 
+def test_cli_explain_says_a_memory_limit_no_plan_meets_without_a_traceback(tmp_path, capsys):
+    """A ``memory_limit`` under every plan's step peak: the planner's error, with its shortfall
+    and what holds the least peak, exit 1; not Dynamo's wrapping of it and a traceback."""
+    from offload_compiler.__main__ import main
+
+    (tmp_path / "factories.py").write_text(FACTORY)
+    code = main(["explain", f"{tmp_path / 'factories.py'}:gpt", "--device", "cpu",
+                 "--options", '{"devices": ["cpu"], "min_offload_bytes": 0, "memory_limit": "1KiB"}'])
+    err = capsys.readouterr().err
+    assert code == 1, err[-2000:]
+    assert "explain: graph 0: memory_limit cannot be met" in err and " short" in err, err[-2000:]
+    assert "Traceback" not in err and "BackendCompilerFailed" not in err, err[-2000:]
+
+
 def test_inspect_top_cuts_each_table_from_plan_json(tmp_path, capsys):
     model, (idx, tgt) = _gpt()
     torch.compile(model, backend=backend(**loopback(

@@ -28,6 +28,7 @@ import torch
 
 from .. import offline
 from ..config import OffloadConfig
+from ..planning.replan import MemoryLimitError
 from .explain import plan_offline
 
 DEFAULT_TOP = 20
@@ -76,6 +77,9 @@ def main_explain(args: argparse.Namespace, parser: argparse.ArgumentParser | Non
                               options=options, top=args.top or None, **call_kwargs)
     except ValueError as error:  # an option the configuration refuses
         return fail(str(error))
+    except MemoryLimitError as error:  # no plan meets memory_limit: said, not a traceback
+        print(f"explain: {error}", file=sys.stderr)
+        return 1
     print(report)
     return 0
 
