@@ -93,3 +93,27 @@ def test_bitwise_gradients_with_offloads_and_recomputations(name, budget):
     kinds = {d.decision.value for plan in b.plans for d in plan.decisions}
     assert kinds == {"keep", "offload", "recompute"}, kinds
     assert_bitwise(ref, got)
+
+
+def test_a_round_of_recomputation_that_raises_the_step_peak_is_not_taken(caplog):
+    """MobileNetV2's inverted residuals (16 of 64x64, planned with the H100 profile) at budget
+    0.1: each round after the first recomputes what the rounds before left saved, the block
+    outputs, which the earlier rounds' recomputations read; backward then makes them and the
+    block's recomputations at the first of those and holds them to their own use, which the
+    solver, seeing only what is still saved, does not count. The third round would lower the
+    activation peak and raise the predicted step peak from 223 MiB to 402 MiB, above nothing
+    moved's 304 MiB: it is not taken (``planning/search.py``: ``_realise``), and the log says so."""
+    import logging
+
+    from offload_compiler.config import OffloadConfig
+    from offload_compiler.offline import PROFILES, trace_and_plan
+
+    torch.manual_seed(0)
+    model, inputs = MobileNet(), (torch.randn(16, 3, 64, 64), torch.randint(10, (16,)))
+    options = {"memory_budget": 0.1, "devices": ("cpu",), "hardware": PROFILES["h100"]}
+    torch._dynamo.reset()
+    with caplog.at_level(logging.INFO, logger="offload_compiler.progress"):
+        plan, = trace_and_plan(model, inputs, {}, OffloadConfig.from_options(options), device=torch.device("cpu"))
+    said = [r.getMessage() for r in caplog.records if "not taken" in r.getMessage()]
+    assert said and "raise the predicted step peak" in said[0], [r.getMessage() for r in caplog.records]
+    assert plan.predicted.step_peak_bytes < plan.predicted.baseline_step_peak_bytes, plan.predicted

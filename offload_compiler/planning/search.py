@@ -162,9 +162,9 @@ def _plan_cost_model(joint_gm, start: Partition, num_fwd_outputs: int, config: O
     budget = Budget.settle(config.memory_budget, baseline.peak_bytes)
     progress.info("offload: graph %d: planning %d saved activations (%s; peak %s, step %.2f ms with "
              "nothing moved) for %s; costed in %.1f s", graph_id, len(facts.tensors),
-             _mib(sum(x.nbytes for x in facts.tensors)), _mib(baseline.peak_bytes),
+             nbytes_text(sum(x.nbytes for x in facts.tensors)), nbytes_text(baseline.peak_bytes),
              baseline.step_ms, budget.describe() if corrections.available_bytes is None else
-             f"memory_limit ({_mib(corrections.available_bytes)} available)", time.perf_counter() - t0)
+             f"memory_limit ({nbytes_text(corrections.available_bytes)} available)", time.perf_counter() - t0)
     reuse = Reuse(joint_gm, start, num_fwd_outputs, analyze, functools.partial(
         _gather_facts, num_fwd_outputs=num_fwd_outputs, joint_gm=joint_gm, cost=cost,
         min_bytes=config.min_offload_bytes, pool=_pooled(config)))
@@ -185,7 +185,7 @@ def _plan_cost_model(joint_gm, start: Partition, num_fwd_outputs: int, config: O
     elif available is None or not budget.auto:  # memory_limit with "auto": starts from nothing moved
         best = realise(budget.nbytes)
         progress.info("offload: graph %d: solved and realised in %.1f s: peak %s, step %.2f ms",
-                      graph_id, time.perf_counter() - t1, _mib(best.final.peak_bytes), best.final.step_ms)
+                      graph_id, time.perf_counter() - t1, nbytes_text(best.final.peak_bytes), best.final.step_ms)
     if available is not None:
         best = fit_limit(best, realise, baseline.peak_bytes, available, corrections, graph_id)
     elif budget.auto and not unmoved and any(o.can_recompute for o in facts.options.values()):
@@ -261,20 +261,22 @@ def _pooled(config: OffloadConfig) -> bool:
     return config.inner_compiler == "inductor"
 
 
-def _realise(joint_gm, num_fwd_outputs: int, config: OffloadConfig, start: Partition, lanes,
-             baseline, cost, budget: Budget, reuse: Reuse,
-             budget_bytes: int | None) -> _Realised:
+def _realise(joint_gm, num_fwd_outputs: int, config: OffloadConfig, start: Partition, lanes, baseline, cost,
+             budget: Budget, reuse: Reuse, budget_bytes: int | None) -> _Realised:
     """Solve on ``start`` (the default partition) for ``budget_bytes`` (``None``:
     ``"auto"``'s own search), realise the recomputation on it (``reuse`` holds the
     partitions made before), and simulate the result; solve again on the realised
     partition where it misses the budget, up to ``MAX_ROUNDS`` times in all. Each round
-    realises the recomputations of all rounds on ``start``, with ``start``'s chains."""
+    realises the recomputations of all rounds on ``start``, with ``start``'s chains. A
+    round that raises the predicted step peak is not taken: earlier rounds' recomputations
+    read what it recomputes, so backward makes it there and holds it longer than the
+    solver, which sees only what is still saved, counts."""
     fw_gm, bw_gm, candidates, facts = start.fw_gm, start.bw_gm, start.candidates, start.facts
     earlier = {c.name: c for c in candidates}
     recomputed: dict[str, str] = {}  # name -> reason, over all rounds
     chains: dict[str, list[str]] = {}
-    bound = None  # after the first round: the peak to hold the plan to
-    for _ in range(MAX_ROUNDS):
+    bound, taken = None, None  # after the first round: the peak to hold the plan to; that round's plan
+    for round_ in range(MAX_ROUNDS):
         solution = _solve(facts, config, lanes, budget_bytes if bound is None else bound, budget.auto,
                           reuse.memo(facts))
         recompute = [n for n, d in solution.decisions.items() if d == RECOMPUTE]
@@ -306,15 +308,20 @@ def _realise(joint_gm, num_fwd_outputs: int, config: OffloadConfig, start: Parti
             earlier.update((c.name, c) for c in candidates if c.name not in earlier)
         decisions = {n: d for n, d in solution.decisions.items() if d != RECOMPUTE}
         final = final_simulation(facts, decisions, lanes)
-        # The partition that realises the recomputation is not the one the solver
-        # saw (recomputed ops move into backward, reloads are issued elsewhere): where
-        # it misses the budget (for "auto", the peak the solver found), solve again
-        # on it for what is left.
+        if taken is not None and final.step_peak_bytes > taken.final.step_peak_bytes:
+            progress.info("offload: recomputing more (round %d) would lower the activation peak to %s and raise the "
+                          "predicted step peak from %s to %s (backward holding recomputations longer): not taken",
+                          round_ + 1, *map(nbytes_text, (final.peak_bytes, taken.final.step_peak_bytes,
+                                                         final.step_peak_bytes)))
+            return taken
+        taken = _Realised(fw_gm, bw_gm, candidates, facts, solution, final, *map(dict, (recomputed, earlier, chains)))
+        # The realised partition is not the one the solver saw (recomputed ops move into backward, reloads
+        # go elsewhere): where it misses the budget ("auto": the solver's peak), solve again on it.
         if bound is None:
             bound = solution.budget_bytes if not budget.auto else solution.result.peak_bytes
         if not recompute or final.peak_bytes <= bound:
             break
-    return _Realised(fw_gm, bw_gm, candidates, facts, solution, final, recomputed, earlier, dict(chains))
+    return taken
 
 
 def _view_reason(joint: dict[str, fx.Node], chain: list[str]) -> str:
@@ -363,7 +370,7 @@ def _search_realised(first: _Realised, realise, baseline: SimResult, max_overhea
         points.append((trial.final.peak_bytes, trial.final.step_ms))
         progress.info("offload: graph %d: \"auto\" probe %d/%d: budget %s -> peak %s, step %.2f ms "
                  "(%s the limit of %.2f ms), %.1f s", graph_id, probe, AUTO_REALISED_STEPS + 1,
-                 _mib(budget), _mib(trial.final.peak_bytes), trial.final.step_ms,
+                 nbytes_text(budget), nbytes_text(trial.final.peak_bytes), trial.final.step_ms,
                  "within" if within else "over", limit_ms, time.perf_counter() - t0)
         if not within:
             return None
@@ -411,10 +418,3 @@ def _device_of(candidates: list[Candidate], devices: tuple[str, ...]) -> str:
         if c.device.split(":")[0] in devices:
             return c.device
     return "cpu"
-
-
-def _mib(nbytes: int) -> str:
-    return f"{nbytes / 2**20:.1f} MiB"
-
-
-
