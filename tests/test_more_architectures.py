@@ -101,7 +101,7 @@ def test_a_round_of_recomputation_that_raises_the_step_peak_is_not_taken(caplog)
     outputs, which the earlier rounds' recomputations read; backward then makes them and the
     block's recomputations at the first of those and holds them to their own use, which the
     solver, seeing only what is still saved, does not count. The third round would lower the
-    activation peak and raise the predicted step peak from 223 MiB to 402 MiB, above nothing
+    activation peak and raise the predicted step peak from 228 MiB to 412 MiB, above nothing
     moved's 304 MiB: it is not taken (``planning/search.py``: ``_realise``), and the log says so."""
     import logging
 
