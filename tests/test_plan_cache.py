@@ -50,8 +50,19 @@ def test_a_second_compile_replays_the_plan_without_planning(monkeypatch, caplog)
     assert "plan taken from the plan cache" in caplog.text
     assert [_record(p) for p in second.plans] == [_record(p) for p in first.plans]
     assert second.plans[0].offloaded and second.plans[0].recomputed
+    # The backward's buffer pool (``lowering.plan_pool``) is marked as the plan that planned said.
+    assert [_pool_marks(p) for p in second.plans] == [_pool_marks(p) for p in first.plans]
+    assert all(None not in marks and marks for marks in map(_pool_marks, second.plans))
     for a, b in zip(grads, grads_again):
         assert torch.equal(a, b)
+
+
+def _pool_marks(plan) -> list:
+    from passes.nodes import is_transfer
+
+    from offload_compiler import lowering
+
+    return [n.meta.get(lowering._POOL) for n in plan.bw_graph.graph.nodes if is_transfer(n)]
 
 
 def test_a_changed_option_or_cache_off_plans_again(monkeypatch, caplog):
