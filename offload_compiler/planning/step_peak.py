@@ -37,10 +37,11 @@ dead buffers up to that estimate's peak, and a kernel's workspace, which the est
 sees, comes on top: planned for an H100, a Llama layout
 (``benchmarks/results/2026-12-08_s51_llama_probe.py``) at an activation budget of 0.125
 had a step peak of 2.42 GiB with the pool (four dead 176 MiB MLP buffers through an
-attention backward that allocates 128 MiB inside its kernel) and 2.28 without. Until session 51 every backward with transfer ops went without the pool
-(session 36 measured HF Llama's at 2.87 GiB with a pool weighed against Inductor's own
-estimate, which counted the host copies as device memory and sized only the inputs);
-without it the CUDA caching allocator takes each freed buffer back for the next one of its
+attention backward that allocates 128 MiB inside its kernel) and 2.28 without. Until
+session 51 every backward with transfer ops went without the pool (session 36 measured HF
+Llama's step peak at 2.87 GiB with a pool weighed against Inductor's own estimate, which
+counted the host copies as device memory and sized only the inputs, and 2.20 GiB without
+the pool in session 37); without it the CUDA caching allocator takes each freed buffer back for the next one of its
 size, and the host pays an allocation and a free for each (a ResNet-50 plan's backward
 made 856 device allocations without the pool against 424 with it, session 50). Graphs the
 eager inner compiler runs have no pool (``facts.gather(pool=False)``: no transient carries
