@@ -122,6 +122,19 @@ def test_budget_forcing_recompute():
     assert sol.result.step_ms == pytest.approx(4.1)
 
 
+def test_a_budget_not_met_says_a_kept_value_would_not_lower_the_peak():
+    # As above with a budget of 1 MB: A recomputed, the peak is A's 10 MB in backward, and
+    # moving B (1 MB, gone by then) would not lower it. A fixed budget has no overhead
+    # limit: the reason says what stopped the solver.
+    ts = [T("A", 10 * MB, 0, 0, 1, 1, rc=0.1), T("B", MB, 1, 1, 0, 0)]
+    sol = solve([1, 1], [1, 1], ts, _opts("AB"), LANES, budget_bytes=MB, max_overhead=0.03)
+    assert not sol.met and sol.decisions == {"A": RECOMPUTE, "B": KEEP}
+    assert sol.reasons["B"].startswith("keep: moving it would not lower the predicted activation peak (offload ")
+    auto = solve([1, 1], [1, 1], ts, _opts("AB"), LANES, budget_bytes=None, max_overhead=0.0)
+    kept = [r for n, r in auto.reasons.items() if auto.decisions[n] == KEEP]
+    assert kept and all(r.startswith("keep: moving it would exceed the allowed overhead") for r in kept)
+
+
 def test_budget_impossible_is_best_effort_and_says_so():
     ts = [T("A", MB, 0, 0, 1, 1), T("B", MB, 1, 1, 0, 0)]
     sol = solve([1, 1], [1, 1], ts, _opts("AB", offload=False, recompute=False), LANES,

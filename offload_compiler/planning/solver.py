@@ -369,7 +369,7 @@ def _greedy(problem: _Problem, budget_bytes: int | None) -> Solution:
                 f"{current.peak_bytes} bytes")
     for x in tensors:
         reasons[x.name] = _reason(x, decisions[x.name], options[x.name], current, lanes,
-                                  met and budget_bytes is not None)
+                                  met and budget_bytes is not None, fixed=budget_bytes is not None)
     return Solution(decisions, reasons, current, baseline, budget_bytes, met, note,
                     {x.name: x.nbytes for x in tensors})
 
@@ -379,7 +379,11 @@ def _ms(x: float) -> str:
     return f"{x:.2f} ms" if x >= 0.1 else f"{x * 1e3:.1f} us"
 
 
-def _reason(x: SimTensor, choice: Decision, opt: Option, result: SimResult, lanes: Lanes, met: bool) -> str:
+def _reason(x: SimTensor, choice: Decision, opt: Option, result: SimResult, lanes: Lanes, met: bool,
+            fixed: bool = False) -> str:
+    """Why ``x`` got ``choice``, in words; ``met``: a fixed budget was met; ``fixed``: the
+    budget is fixed (a kept value stays where moving it would not lower the peak), not
+    ``"auto"`` (where moving it would cost more step time than ``max_overhead`` allows)."""
     copy = copy_ms(x.nbytes, lanes.d2h_gbps)
     rc = _ms(x.recompute_ms) if opt.can_recompute else f"not possible ({opt.why_not_recompute})"
     if opt.can_recompute and x.group and x.shared_ms > 0:
@@ -398,5 +402,6 @@ def _reason(x: SimTensor, choice: Decision, opt: Option, result: SimResult, lane
                 f"({opt.why_not_recompute})")
     if met:
         return "keep: the budget is met without moving it"
-    return (f"keep: moving it would exceed the allowed overhead (offload {_ms(copy)} each way"
+    why = "would not lower the predicted activation peak" if fixed else "would exceed the allowed overhead"
+    return (f"keep: moving it {why} (offload {_ms(copy)} each way"
             f"{'' if opt.can_offload else ' not possible: ' + opt.why_not_offload}; recompute {rc})")
