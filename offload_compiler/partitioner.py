@@ -173,7 +173,7 @@ class OffloadPartitioner(CustomPartitionerFn):
         if self.config.per_block:
             link_calls(fw_gm, bw_gm, (planned.issue_before or {}).get(NEXT_CALL))
         annotate_streams(fw_gm, bw_gm)
-        lowering.plan_pool(bw_gm, getattr(plan.simulation, "bw_pool_cost", None))
+        lowering.plan_pool(bw_gm, getattr(plan.simulation, "bw_pool_bytes", None))
         plan.fw_graph, plan.bw_graph = fw_gm, bw_gm
         dumper.stage("scheduled", fw_gm, bw_gm)
         if self.graph_slots:

@@ -232,7 +232,7 @@ def simulate_reference(fw_ms: list[float], bw_ms: list[float], tensors: list[Sim
         peak_time_ms=peak_t, end_of_forward_bytes=end_fw, call_peak_bytes=call_peak, release_after=release_after,
         reload_before=reload_before, copy_ms=copy_time, hidden_ms=hidden, events=events,
         memory=curve, step_peak_bytes=step_peak, step_peak_time_ms=step_peak_t, step_peak_holders=holders,
-        d2h_spill_ms=spill, carried_bytes=carried_out, bw_pool_cost=pool_cost,
+        d2h_spill_ms=spill, carried_bytes=carried_out, bw_pool_bytes=pool_cost,
         prefetch_lead_ms=t - prefetch_start if next_call is not None else 0.0,
         next_call_before=next_call, prefetched=tuple(x.name for x in first),
     )

@@ -63,11 +63,11 @@ class MobileNet(nn.Module):
 
 
 class Encoder(nn.Module):
-    def __init__(self):
+    def __init__(self, width: int = 64, heads: int = 4, hidden: int = 128, layers: int = 3, vocab: int = 100):
         super().__init__()
-        layer = nn.TransformerEncoderLayer(64, 4, 128, dropout=0.0, batch_first=True, norm_first=True)
-        self.encoder = nn.TransformerEncoder(layer, 3, enable_nested_tensor=False)
-        self.embed, self.head = nn.Embedding(100, 64), nn.Linear(64, 100)
+        layer = nn.TransformerEncoderLayer(width, heads, hidden, dropout=0.0, batch_first=True, norm_first=True)
+        self.encoder = nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
+        self.embed, self.head = nn.Embedding(vocab, width), nn.Linear(width, vocab)
 
     def forward(self, idx, targets):
         mask = nn.Transformer.generate_square_subsequent_mask(idx.shape[1])

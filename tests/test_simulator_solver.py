@@ -418,11 +418,11 @@ def test_an_offload_plan_keeps_backwards_pool_where_it_holds_nothing_at_the_step
     kept = simulate([1], [1] * 5, [T("A", 6 * MB, 0, 0, 0, 0)], LANES, transients=trans)
     off = simulate([1], [1] * 5, [T("A", 6 * MB, 0, 0, 0, 0, OFFLOAD)], Lanes(1e6, 1e6), transients=trans)
     assert kept.step_peak_bytes == off.step_peak_bytes == 6 * MB
-    assert off.bw_pool_cost == 0  # compiled with the pool (``lowering.compile_inner``)
+    assert off.bw_pool_bytes == 0  # compiled with the pool (``lowering.compile_inner``)
     # G 3 MB: holding P would make 7 MB at op 3, over the estimate's peak: P is freed.
     trans[1] = Transient(3 * MB, 3, 3)
     off = simulate([1], [1] * 5, [T("A", 6 * MB, 0, 0, 0, 0, OFFLOAD)], Lanes(1e6, 1e6), transients=trans)
-    assert off.step_peak_bytes == 6 * MB and off.bw_pool_cost == 0
+    assert off.step_peak_bytes == 6 * MB and off.bw_pool_bytes == 0
 
 
 def test_an_offload_plan_goes_without_backwards_pool_where_it_would_raise_the_step_peak():
@@ -434,10 +434,10 @@ def test_an_offload_plan_goes_without_backwards_pool_where_it_would_raise_the_st
     # compiled as Inductor would compile it, the pool held.
     trans = [_pool(4 * MB, 2, 2), Transient(6 * MB, 3, 3, workspace=True), _pool(4 * MB, 4, 4)]
     kept = simulate([1], [1] * 5, [T("A", 6 * MB, 0, 0, 0, 0)], LANES, transients=trans)
-    assert kept.step_peak_bytes == 10 * MB and kept.bw_pool_cost == 0
+    assert kept.step_peak_bytes == 10 * MB and kept.bw_pool_bytes == 0
     off = simulate([1], [1] * 5, [T("A", 6 * MB, 0, 0, 0, 0, OFFLOAD)], Lanes(1e6, 1e6), transients=trans,
                    record=True)
-    assert off.step_peak_bytes == 6 * MB and off.bw_pool_cost == 4 * MB
+    assert off.step_peak_bytes == 6 * MB and off.bw_pool_bytes == 4 * MB
     activations, *live = off.step_peak_holders  # named as without the pool
     assert activations + sum(h.nbytes for h in live) == 6 * MB
 

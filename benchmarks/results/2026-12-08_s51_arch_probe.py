@@ -10,24 +10,9 @@ import sys
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
-from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))
-from test_more_architectures import MobileNet, UNet  # noqa: E402
-
-
-class BigEncoder(nn.Module):
-    def __init__(self):
-        super().__init__()
-        layer = nn.TransformerEncoderLayer(1024, 8, 4096, dropout=0.0, batch_first=True, norm_first=True)
-        self.encoder = nn.TransformerEncoder(layer, 6, enable_nested_tensor=False)
-        self.embed, self.head = nn.Embedding(8000, 1024), nn.Linear(1024, 8000)
-
-    def forward(self, idx, targets):
-        mask = nn.Transformer.generate_square_subsequent_mask(idx.shape[1])
-        h = self.encoder(self.embed(idx), mask=mask, is_causal=True)
-        return F.cross_entropy(self.head(h).flatten(0, 1), targets.flatten())
+from test_more_architectures import Encoder, MobileNet, UNet  # noqa: E402
 
 
 def unet():
@@ -43,4 +28,4 @@ def mobilenet_small():
 
 
 def encoder():
-    return BigEncoder(), (torch.randint(8000, (8, 1024)), torch.randint(8000, (8, 1024)))
+    return Encoder(1024, 8, 4096, 6, 8000), (torch.randint(8000, (8, 1024)), torch.randint(8000, (8, 1024)))

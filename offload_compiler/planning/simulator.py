@@ -150,7 +150,7 @@ class SimResult:
     """Chained: how long before the end of backward the next call's first reloads start."""
     next_call_before: int | None = None  # chained: the backward op they are issued before
     prefetched: tuple[str, ...] = ()  # chained: reloads the previous call prefetched
-    bw_pool_cost: int = 0
+    bw_pool_bytes: int = 0
     """Bytes Inductor's buffer pool would add to the step peak in a backward with transfer
     ops, which is compiled without it where this is above 0 (``step_peak.step_peak_and_pool``)."""
 
@@ -410,7 +410,7 @@ def simulate(fw_ms: list[float], bw_ms: list[float], tensors: list[SimTensor], l
         peak_time_ms=peak_t, end_of_forward_bytes=end_fw, call_peak_bytes=call_peak, release_after=release_after,
         reload_before=reload_before, copy_ms=copy_time, hidden_ms=hidden, events=events,
         memory=curve, step_peak_bytes=step_peak, step_peak_time_ms=step_peak_t, step_peak_holders=holders or [],
-        d2h_spill_ms=spill, carried_bytes=carried_out, next_call_before=next_call, bw_pool_cost=pool_cost,
+        d2h_spill_ms=spill, carried_bytes=carried_out, next_call_before=next_call, bw_pool_bytes=pool_cost,
         prefetch_lead_ms=t - prefetch_start if next_call is not None else 0.0, prefetched=tuple(x.name for x in first))
 
 

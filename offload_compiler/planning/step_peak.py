@@ -41,11 +41,11 @@ attention backward that allocates 128 MiB inside its kernel) and 2.28 without. U
 session 51 every backward with transfer ops went without the pool (session 36 measured HF
 Llama's step peak at 2.87 GiB with a pool weighed against Inductor's own estimate, which
 counted the host copies as device memory and sized only the inputs, and 2.20 GiB without
-the pool in session 37); without it the CUDA caching allocator takes each freed buffer back for the next one of its
-size, and the host pays an allocation and a free for each (a ResNet-50 plan's backward
-made 856 device allocations without the pool against 424 with it, session 50). Graphs the
-eager inner compiler runs have no pool (``facts.gather(pool=False)``: no transient carries
-a key).
+the pool in session 37); without it the CUDA caching allocator takes each freed buffer
+back for the next one of its size, and the host pays an allocation and a free for each (a
+ResNet-50 plan's backward made 856 device allocations without the pool against 424 with
+it, session 50). Graphs the eager inner compiler runs have no pool
+(``facts.gather(pool=False)``: no transient carries a key).
 """
 
 from __future__ import annotations
@@ -98,7 +98,7 @@ _TIME, _DELTA = operator.itemgetter(0), operator.itemgetter(1)
 
 def levels_of(changes: list[tuple[float, int]], outs: list[int], bw_order: int, fw_end: float, *,
               in_order: bool, record: bool, op_span: list[tuple[float, float]] | None,
-              transients: list | None, pools: tuple[bool, bool], n_fw: int,
+              transients: list | None, pools: tuple[bool, bool | None], n_fw: int,
               holders: list | None = None) -> tuple[int, float, int, int, list, int, float, int]:
     """The simulator's memory figures from its memory ``changes`` (``(time_ms, bytes)``
     in the order made; ``outs``: which are backward outputs; from ``bw_order`` on,
@@ -179,8 +179,7 @@ def step_peak_and_pool(mem_deltas, transients, op_span, n_fw, pools: tuple[bool,
             if cost > 0:
                 (peak, peak_t, at), extended = unpooled, without
     if holders is not None and at >= 0:
-        holders.extend(_live_at(at, _with_spans(deltas, spans, extended, op_span), mem_deltas, spans, extended,
-                                op_span))
+        holders.extend(_live_at(at, mem_deltas, spans, extended, op_span))
     return peak, peak_t, max(cost, 0)
 
 
@@ -207,9 +206,8 @@ def _peak_of(deltas: list[tuple[float, int]], spans: list[Transient], until: lis
     return peak, peak_t, at
 
 
-def _live_at(at: int, deltas: list[tuple[float, int]], mem_deltas, spans: list[Transient],
-             until: list[int], op_span) -> list:
-    """What :func:`step_peak_of`'s sorted ``deltas`` hold after their ``at``-th: the
+def _live_at(at: int, mem_deltas, spans: list[Transient], until: list[int], op_span) -> list:
+    """What :func:`step_peak_of`'s sorted deltas (:func:`_with_spans`) hold after their ``at``-th: the
     activation bytes, then each transient live, as a :class:`Holder`, largest first.
     Replays that sort with each delta tagged by its source: the same sums (of equal
     deltas at one instant, either may be the one named)."""

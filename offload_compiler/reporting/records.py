@@ -113,7 +113,7 @@ class Predictions(Mapping):
             bw_compute_ms=compute_ms[1],
             bw_recompute_ms=compute_ms[2] if len(compute_ms) > 2 else 0.0,
             kernels=kernels,
-            bw_pool_bytes=final.bw_pool_cost,
+            bw_pool_bytes=final.bw_pool_bytes,
         )
 
 
